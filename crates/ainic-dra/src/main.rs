@@ -1,0 +1,2 @@
+//! `ainic-dra`: the node agent and command-line tools.
+fn main() {}
