@@ -1,2 +1,38 @@
-//! `ainic-dra`: the node agent and command-line tools.
-fn main() {}
+//! `ainic-dra`: the node agent and the command-line tools of the AMD AI NIC
+//! DRA driver. Each subcommand lives in its own file under `cli/`.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Kubernetes DRA driver and classic device plugin for AMD AI NICs (AINIC).
+#[derive(Parser, Debug)]
+#[command(name = "ainic-dra", version, about, long_about = None)]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `ainic_dra=debug`.
+    #[arg(long, global = true, env = "AINIC_DRA_LOG", default_value = "warn")]
+    log: String,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show the GPU x NIC PCIe affinity matrix of a node (like `nvidia-smi topo -m`).
+    Topo(cli::topo::TopoArgs),
+    /// List the AINIC functions and GPUs found in a sysfs tree, with all their facts.
+    Discover(cli::discover::DiscoverArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cli::init_logging(&cli.log);
+    let result = match cli.command {
+        Command::Topo(args) => cli::topo::run(args),
+        Command::Discover(args) => cli::discover::run(args),
+    };
+    cli::exit_code(result)
+}
