@@ -1,0 +1,157 @@
+//! Serving and dialling gRPC over unix domain sockets, the way the kubelet
+//! and its plugins talk.
+//!
+//! [`bind`] replaces a stale socket file left by a previous run (the kubelet
+//! never removes plugin sockets) and creates the parent directory;
+//! [`connect`] returns a tonic [`Channel`] that dials the socket path.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Failure to bind or dial a unix socket.
+#[derive(Debug, thiserror::Error)]
+pub enum UdsError {
+    /// The parent directory could not be created.
+    #[error("failed to create socket directory {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// A stale socket file could not be removed.
+    #[error("failed to remove stale socket {path}: {source}")]
+    RemoveStale {
+        /// The socket path.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// Binding the socket failed.
+    #[error("failed to listen on socket {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// Connecting to the socket failed.
+    #[error("failed to connect to socket {path}: {source}")]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// What went wrong.
+        source: tonic::transport::Error,
+    },
+}
+
+/// Listens on `path`, first creating its directory and removing whatever
+/// file a previous process left there. Feed the stream to
+/// `tonic::transport::Server::serve_with_incoming`.
+pub fn bind(path: &Path) -> Result<UnixListenerStream, UdsError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| UdsError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(UdsError::RemoveStale {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(|source| UdsError::Bind {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(UnixListenerStream::new(listener))
+}
+
+/// Opens a gRPC channel to the server listening on `path`.
+pub async fn connect(path: &Path) -> Result<Channel, UdsError> {
+    let socket = path.to_path_buf();
+    // The URI is required by tonic but unused: every connection dials `socket`.
+    let endpoint = Endpoint::from_static("http://[::1]:50051");
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|source| UdsError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pluginregistration::v1 as reg;
+    use reg::registration_client::RegistrationClient;
+    use reg::registration_server::{Registration, RegistrationServer};
+    use tonic::{Request, Response, Status};
+
+    struct Fixed;
+
+    #[tonic::async_trait]
+    impl Registration for Fixed {
+        async fn get_info(
+            &self,
+            _: Request<reg::InfoRequest>,
+        ) -> Result<Response<reg::PluginInfo>, Status> {
+            Ok(Response::new(reg::PluginInfo {
+                r#type: reg::DRA_PLUGIN_TYPE.into(),
+                name: "example.com".into(),
+                endpoint: "/x/dra.sock".into(),
+                supported_versions: vec!["v1.DRAPlugin".into()],
+            }))
+        }
+        async fn notify_registration_status(
+            &self,
+            _: Request<reg::RegistrationStatus>,
+        ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
+            Ok(Response::new(reg::RegistrationStatusResponse {}))
+        }
+    }
+
+    #[tokio::test]
+    async fn serves_and_dials_over_a_unix_socket_replacing_a_stale_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/reg.sock");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"stale").unwrap();
+        let incoming = bind(&path).unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(Fixed))
+                .serve_with_incoming(incoming),
+        );
+        let mut client = RegistrationClient::new(connect(&path).await.unwrap());
+        let info = client
+            .get_info(reg::InfoRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(info.r#type, "DRAPlugin");
+        assert_eq!(info.endpoint, "/x/dra.sock");
+    }
+
+    #[tokio::test]
+    async fn connect_to_a_missing_socket_names_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("absent.sock");
+        let err = connect(&path).await.unwrap_err();
+        assert!(err.to_string().contains("absent.sock"), "{err}");
+    }
+}
