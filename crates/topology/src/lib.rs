@@ -6,10 +6,13 @@
 #![deny(missing_docs)]
 
 pub mod affinity;
+pub mod discover;
 pub mod model;
 pub mod pci;
+pub mod sysfs;
 
 pub use affinity::{Affinity, classify, nearest_switch};
+pub use discover::{DiscoverError, DiscoveryConfig, discover, discover_in, product_name};
 pub use model::{
     CharDevice, FunctionKind, Gpu, GpuNicLink, Inventory, Netdev, NicFunction, PcieLink,
     PcieLocation, RdmaDevice, RdmaPort,

@@ -1,0 +1,166 @@
+//! One PCI function: where its directory is, who it is, where it sits.
+
+use crate::affinity::nearest_switch;
+use crate::model::{PcieLink, PcieLocation};
+use crate::pci::{PciAddress, PciIds};
+use crate::sysfs::Backend;
+use crate::sysfs::parse;
+
+use super::reader::{IfMissing, Reader};
+
+/// A PCI function found under `bus/pci/devices`, identified.
+#[derive(Clone, Debug)]
+pub(crate) struct Function {
+    /// Its address (the `bus/pci/devices` entry name).
+    pub address: PciAddress,
+    /// Its directory with all links resolved, relative to the root.
+    pub dir: String,
+    /// Vendor and device (class and subsystem are read on demand).
+    pub vendor: u16,
+    /// Device ID.
+    pub device: u16,
+}
+
+impl Function {
+    /// The name used in warnings.
+    pub fn who(&self) -> String {
+        self.address.to_string()
+    }
+}
+
+/// Resolves `bus/pci/devices/<name>` and reads vendor and device; `None`
+/// (with a warning naming it) when the entry cannot be used.
+pub(crate) fn identify<B: Backend>(r: &mut Reader<'_, B>, name: &str) -> Option<Function> {
+    let Ok(address) = name.parse::<PciAddress>() else {
+        r.warn(
+            &format!("bus/pci/devices/{name}"),
+            "not a PCI address; skipped".into(),
+        );
+        return None;
+    };
+    let dir = match r.fs.resolve(&format!("bus/pci/devices/{name}")) {
+        Ok((dir, crate::sysfs::EntryKind::Dir)) => dir,
+        Ok(_) => {
+            r.warn(
+                name,
+                "bus/pci/devices entry is not a directory; device skipped".into(),
+            );
+            return None;
+        }
+        Err(e) => {
+            r.warn(
+                name,
+                format!("cannot resolve bus/pci/devices link: {e}; device skipped"),
+            );
+            return None;
+        }
+    };
+    let vendor = r.required(name, &dir, "vendor", parse::hex_u16)?;
+    let device = r.required(name, &dir, "device", parse::hex_u16)?;
+    Some(Function {
+        address,
+        dir,
+        vendor,
+        device,
+    })
+}
+
+/// The full identity registers; `None` (device skipped) without a class.
+pub(crate) fn ids<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<PciIds> {
+    let who = f.who();
+    let class = r.required(&who, &f.dir, "class", parse::class_code)?;
+    Some(PciIds {
+        vendor: f.vendor,
+        device: f.device,
+        subsystem_vendor: r.field(
+            &who,
+            &f.dir,
+            "subsystem_vendor",
+            parse::hex_u16,
+            IfMissing::Warn,
+        ),
+        subsystem_device: r.field(
+            &who,
+            &f.dir,
+            "subsystem_device",
+            parse::hex_u16,
+            IfMissing::Warn,
+        ),
+        class,
+    })
+}
+
+/// The position in the PCIe tree, from the resolved directory
+/// `devices/<host bridge>/<bridge>/…/<function>`; `None` (device skipped)
+/// when the directory is not below a host bridge.
+pub(crate) fn location<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<PcieLocation> {
+    let who = f.who();
+    let comps: Vec<&str> = f.dir.split('/').collect();
+    let root = match comps.as_slice() {
+        ["devices", root, .., _] if root.starts_with("pci") => root.to_string(),
+        _ => {
+            r.warn(
+                &who,
+                format!(
+                    "resolves to {}, not below devices/pci<domain>:<bus>; device skipped",
+                    f.dir
+                ),
+            );
+            return None;
+        }
+    };
+    let bridges: Vec<PciAddress> = comps[2..comps.len() - 1]
+        .iter()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    Some(PcieLocation {
+        root,
+        switch: nearest_switch(&bridges),
+        bridges,
+        numa_node: r.field(&who, &f.dir, "numa_node", parse::numa_node, IfMissing::Warn),
+    })
+}
+
+/// The bound driver's name, from the `driver` link (not followed).
+pub(crate) fn driver<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<String> {
+    match r.fs.link_name(&format!("{}/driver", f.dir)) {
+        Ok(name) => Some(name),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => {
+            r.warn(&f.who(), format!("cannot read driver link: {e}"));
+            None
+        }
+    }
+}
+
+/// `current_link_speed` and `current_link_width`.
+pub(crate) fn pcie_link<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> PcieLink {
+    let who = f.who();
+    PcieLink {
+        speed_gts: r.field(
+            &who,
+            &f.dir,
+            "current_link_speed",
+            parse::link_speed,
+            IfMissing::Warn,
+        ),
+        width: r.field(
+            &who,
+            &f.dir,
+            "current_link_width",
+            parse::link_width,
+            IfMissing::Warn,
+        ),
+    }
+}
+
+/// `local_cpulist`.
+pub(crate) fn local_cpus<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<String> {
+    r.field(
+        &f.who(),
+        &f.dir,
+        "local_cpulist",
+        parse::cpu_list,
+        IfMissing::Warn,
+    )
+}

@@ -1,0 +1,164 @@
+//! Discovery over a small in-memory tree: one switch with a GPU and an
+//! AINIC PF (one VF enabled), plus the RDMA class directories.
+
+use super::*;
+use crate::model::{CharDevice, FunctionKind};
+use crate::sysfs::MemBackend;
+use crate::{Affinity, PciAddress};
+
+const SW: &str = "devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:00.0";
+const PF: &str = "devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:01.0/0000:04:00.0";
+const VF: &str = "devices/pci0000:00/0000:00:01.1/0000:01:00.0/0000:02:01.0/0000:04:00.1";
+
+fn addr(s: &str) -> PciAddress {
+    s.parse().unwrap()
+}
+
+fn function(t: MemBackend, dir: &str, ids: [&str; 3]) -> MemBackend {
+    let bdf = dir.rsplit('/').next().unwrap();
+    t.file(&format!("{dir}/vendor"), ids[0])
+        .file(&format!("{dir}/device"), ids[1])
+        .file(&format!("{dir}/class"), ids[2])
+        .file(&format!("{dir}/subsystem_vendor"), "0x1dd8\n")
+        .file(&format!("{dir}/subsystem_device"), "0x5201\n")
+        .file(&format!("{dir}/numa_node"), "0\n")
+        .file(&format!("{dir}/local_cpulist"), "0-15\n")
+        .file(&format!("{dir}/current_link_speed"), "32.0 GT/s PCIe\n")
+        .file(&format!("{dir}/current_link_width"), "16\n")
+        .link(
+            &format!("bus/pci/devices/{bdf}"),
+            &format!("../../../{dir}"),
+        )
+}
+
+fn tree() -> MemBackend {
+    let t = MemBackend::new();
+    let t = function(
+        t,
+        &format!("{SW}/0000:03:00.0"),
+        ["0x1002", "0x74a1", "0x120000"],
+    );
+    let t = function(t, PF, ["0x1dd8", "0x1002", "0x020000"]);
+    let t = function(t, VF, ["0x1dd8", "0x1003", "0x020000"]);
+    // An audio function of the GPU vendor and a bridge: both ignored.
+    let t = function(
+        t,
+        &format!("{SW}/0000:03:00.1"),
+        ["0x1002", "0xab00", "0x040300"],
+    );
+    let t = function(
+        t,
+        "devices/pci0000:00/0000:00:01.1",
+        ["0x1022", "0x14ab", "0x060400"],
+    );
+    t.file(&format!("{PF}/sriov_totalvfs"), "8\n")
+        .link(&format!("{PF}/virtfn0"), "../0000:04:00.1")
+        .link(&format!("{VF}/physfn"), "../0000:04:00.0")
+        .file(&format!("{VF}/numa_node"), "zero\n")
+        .link(
+            &format!("{PF}/driver"),
+            "../../../../../../bus/pci/drivers/ionic",
+        )
+        .file(&format!("{PF}/net/enp4s0/address"), "02:00:00:04:00:00\n")
+        .file(&format!("{PF}/net/enp4s0/mtu"), "9000\n")
+        .file(&format!("{PF}/net/enp4s0/speed"), "400000\n")
+        .file(&format!("{PF}/net/enp4s0/operstate"), "up\n")
+        .file(&format!("{PF}/infiniband/ionic_0/fw_ver"), "1.2.3\n")
+        .file(
+            &format!("{PF}/infiniband/ionic_0/ports/1/state"),
+            "4: ACTIVE\n",
+        )
+        .file(
+            &format!("{PF}/infiniband/ionic_0/ports/1/phys_state"),
+            "5: LinkUp\n",
+        )
+        .file(
+            &format!("{PF}/infiniband/ionic_0/ports/1/rate"),
+            "400 Gb/sec (4X NDR)\n",
+        )
+        .file(
+            &format!("{PF}/infiniband/ionic_0/ports/1/link_layer"),
+            "Ethernet\n",
+        )
+        .file("class/infiniband_verbs/abi_version", "6\n")
+        .file("class/infiniband_verbs/uverbs0/ibdev", "ionic_0\n")
+        .file("class/infiniband_verbs/uverbs0/dev", "231:192\n")
+        .file("class/infiniband_mad/umad0/ibdev", "ionic_0\n")
+        .file("class/infiniband_mad/umad0/port", "1\n")
+        .file("class/infiniband_mad/umad0/dev", "231:0\n")
+        .file("class/misc/rdma_cm/dev", "10:58\n")
+}
+
+#[test]
+fn reads_gpu_pf_vf_and_their_affinity() {
+    let inv = discover_in(&Sysfs::new(tree()), &DiscoveryConfig::default()).unwrap();
+    assert_eq!(inv.gpus.len(), 1);
+    assert_eq!(inv.gpus[0].address, addr("0000:03:00.0"));
+    assert_eq!(inv.gpus[0].location.switch, Some(addr("0000:01:00.0")));
+    let pf = &inv.nics[0];
+    assert_eq!(pf.address, addr("0000:04:00.0"));
+    assert_eq!(
+        pf.kind,
+        FunctionKind::Pf {
+            total_vfs: Some(8),
+            vfs: vec![addr("0000:04:00.1")]
+        }
+    );
+    assert_eq!(pf.product_name.as_deref(), Some("Pollara 400"));
+    assert_eq!(pf.driver.as_deref(), Some("ionic"));
+    assert_eq!(pf.pcie_link.speed_gts.as_deref(), Some("32.0"));
+    assert_eq!(pf.netdevs[0].speed_mbps, Some(400_000));
+    let rdma = &pf.rdma[0];
+    assert_eq!(rdma.ports[0].state.as_deref(), Some("ACTIVE"));
+    assert_eq!(
+        rdma.uverbs,
+        Some(CharDevice {
+            path: "/dev/infiniband/uverbs0".into(),
+            major: 231,
+            minor: 192
+        })
+    );
+    assert_eq!(rdma.umad.len(), 1);
+    assert!(rdma.issm.is_empty());
+    let vf = &inv.nics[1];
+    assert_eq!(
+        vf.kind,
+        FunctionKind::Vf {
+            physfn: pf.address,
+            index: 0
+        }
+    );
+    assert_eq!(vf.location.numa_node, None);
+    assert_eq!(inv.warnings.len(), 1, "{:?}", inv.warnings);
+    assert!(inv.warnings[0].starts_with("0000:04:00.1: invalid numa_node \"zero\""));
+    assert_eq!(
+        inv.rdma_cm.as_ref().map(|c| (c.major, c.minor)),
+        Some((10, 58))
+    );
+    assert_eq!(
+        inv.affinity(inv.gpus[0].address, pf.address),
+        Some(Affinity::Pix)
+    );
+    assert_eq!(inv.links.len(), 2);
+}
+
+#[test]
+fn a_root_without_pci_devices_is_an_error() {
+    let err = discover_in(
+        &Sysfs::new(MemBackend::new().dir("class")),
+        &DiscoveryConfig::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("bus/pci/devices"), "{err}");
+}
+
+#[test]
+fn a_custom_allow_list_replaces_the_default() {
+    let config = DiscoveryConfig {
+        nic_ids: vec![(0x1dd8, 0x1003)],
+        ..DiscoveryConfig::default()
+    };
+    let inv = discover_in(&Sysfs::new(tree()), &config).unwrap();
+    let found: Vec<PciAddress> = inv.nics.iter().map(|n| n.address).collect();
+    assert_eq!(found, [addr("0000:04:00.1")]);
+}

@@ -1,0 +1,358 @@
+//! The backend trait, the on-disk backend, and the rooted path resolver.
+
+use std::cell::RefCell;
+use std::collections::{HashSet, VecDeque};
+use std::io::{self, Read};
+use std::path::{Component, Path, PathBuf};
+
+/// The longest chain of symlinks followed for one path; more means a loop.
+pub const MAX_LINK_HOPS: usize = 40;
+
+/// The largest file read, in bytes; sysfs attributes are at most one page.
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+
+/// What a directory entry is, without following it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A symbolic link (not followed).
+    Symlink,
+    /// Anything else (socket, fifo, device node).
+    Other,
+}
+
+/// The narrow set of primitives discovery needs. Paths are relative to the
+/// root, `/`-separated, and every component before the last is a real
+/// directory already checked by [`Sysfs`]; implementations never follow the
+/// last component if it is a link.
+pub trait Backend {
+    /// The kind of the entry at `path` (like `lstat`).
+    fn kind(&self, path: &str) -> io::Result<EntryKind>;
+    /// Names and kinds of the entries of the directory `path`.
+    fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>>;
+    /// The target text of the symlink at `path`.
+    fn read_link(&self, path: &str) -> io::Result<PathBuf>;
+    /// The content of the regular file at `path`.
+    fn read_file(&self, path: &str) -> io::Result<String>;
+}
+
+/// A [`Backend`] over a real directory (e.g. `/sys`).
+#[derive(Clone, Debug)]
+pub struct DirBackend {
+    root: PathBuf,
+}
+
+impl DirBackend {
+    /// A backend rooted at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DirBackend { root: root.into() }
+    }
+
+    fn full(&self, path: &str) -> PathBuf {
+        if path.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(path)
+        }
+    }
+}
+
+fn kind_of(ft: std::fs::FileType) -> EntryKind {
+    if ft.is_symlink() {
+        EntryKind::Symlink
+    } else if ft.is_dir() {
+        EntryKind::Dir
+    } else if ft.is_file() {
+        EntryKind::File
+    } else {
+        EntryKind::Other
+    }
+}
+
+impl Backend for DirBackend {
+    fn kind(&self, path: &str) -> io::Result<EntryKind> {
+        Ok(kind_of(
+            std::fs::symlink_metadata(self.full(path))?.file_type(),
+        ))
+    }
+
+    fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(self.full(path))? {
+            let entry = entry?;
+            // Names that are not UTF-8 are never sysfs names we look for.
+            if let Ok(name) = entry.file_name().into_string() {
+                out.push((name, kind_of(entry.file_type()?)));
+            }
+        }
+        Ok(out)
+    }
+
+    fn read_link(&self, path: &str) -> io::Result<PathBuf> {
+        std::fs::read_link(self.full(path))
+    }
+
+    fn read_file(&self, path: &str) -> io::Result<String> {
+        let mut text = String::new();
+        std::fs::File::open(self.full(path))?
+            .take(MAX_FILE_BYTES)
+            .read_to_string(&mut text)?;
+        Ok(text)
+    }
+}
+
+/// Why a path inside the sysfs tree could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    /// Some component of the path does not exist (a dangling link included).
+    #[error("{path} does not exist")]
+    NotFound {
+        /// The path as asked for, relative to the root.
+        path: String,
+    },
+    /// A symlink on the way points above the root or to an absolute path
+    /// outside it.
+    #[error("{path} leads out of the sysfs root (via link target {target:?})")]
+    Escapes {
+        /// The path as asked for.
+        path: String,
+        /// The offending link target.
+        target: PathBuf,
+    },
+    /// More than [`MAX_LINK_HOPS`] links on the way: a loop.
+    #[error("{path} goes through more than {MAX_LINK_HOPS} symlinks (a loop)")]
+    Loop {
+        /// The path as asked for.
+        path: String,
+    },
+    /// The path resolves to something of the wrong kind.
+    #[error("{path} is not a {expected}")]
+    WrongKind {
+        /// The path as asked for.
+        path: String,
+        /// What was expected (`directory`, `regular file`).
+        expected: &'static str,
+    },
+    /// The backend failed for another reason.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The path as asked for.
+        path: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+impl FsError {
+    /// True when the path (or the link it goes through) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, FsError::NotFound { .. })
+    }
+}
+
+/// A sysfs tree reached through a [`Backend`], never leaving its root.
+///
+/// Resolution results of directories are cached for the life of the value,
+/// so one `Sysfs` should serve one discovery pass.
+#[derive(Debug)]
+pub struct Sysfs<B> {
+    backend: B,
+    /// The root as an absolute path, to map absolute link targets inside it.
+    root_abs: Option<PathBuf>,
+    known_dirs: RefCell<HashSet<String>>,
+}
+
+impl Sysfs<DirBackend> {
+    /// The tree below the directory `root`.
+    pub fn open(root: &Path) -> Self {
+        let root_abs = std::fs::canonicalize(root).ok();
+        Sysfs {
+            backend: DirBackend::new(root),
+            root_abs,
+            known_dirs: RefCell::default(),
+        }
+    }
+}
+
+impl<B: Backend> Sysfs<B> {
+    /// The tree behind `backend`; absolute link targets are all refused.
+    pub fn new(backend: B) -> Self {
+        Sysfs {
+            backend,
+            root_abs: None,
+            known_dirs: RefCell::default(),
+        }
+    }
+
+    /// `path` with every symlink resolved, relative to the root, and what it is.
+    pub fn resolve(&self, path: &str) -> Result<(String, EntryKind), FsError> {
+        let mut pending: VecDeque<String> = components(path).collect();
+        let mut resolved: Vec<String> = Vec::new();
+        let mut hops = 0;
+        let mut kind = EntryKind::Dir;
+        while let Some(comp) = pending.pop_front() {
+            if kind != EntryKind::Dir {
+                return Err(FsError::WrongKind {
+                    path: path.into(),
+                    expected: "directory",
+                });
+            }
+            if comp == ".." {
+                if resolved.pop().is_none() {
+                    return Err(FsError::Escapes {
+                        path: path.into(),
+                        target: "..".into(),
+                    });
+                }
+                continue;
+            }
+            resolved.push(comp);
+            let here = resolved.join("/");
+            kind = self.kind(&here, path)?;
+            if kind == EntryKind::Symlink {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Err(FsError::Loop { path: path.into() });
+                }
+                resolved.pop();
+                let target = self.backend.read_link(&here).map_err(|e| io_err(path, e))?;
+                let target_rel = self.splice_target(&target, &mut resolved, path)?;
+                for c in components(&target_rel).rev() {
+                    pending.push_front(c);
+                }
+                kind = EntryKind::Dir;
+            }
+        }
+        Ok((resolved.join("/"), kind))
+    }
+
+    /// The content of the regular file at `path`.
+    pub fn read(&self, path: &str) -> Result<String, FsError> {
+        let (real, kind) = self.resolve(path)?;
+        if kind != EntryKind::File {
+            return Err(FsError::WrongKind {
+                path: path.into(),
+                expected: "regular file",
+            });
+        }
+        self.backend.read_file(&real).map_err(|e| io_err(path, e))
+    }
+
+    /// The entries of the directory at `path`, sorted by name.
+    pub fn list(&self, path: &str) -> Result<Vec<(String, EntryKind)>, FsError> {
+        let (real, kind) = self.resolve(path)?;
+        if kind != EntryKind::Dir {
+            return Err(FsError::WrongKind {
+                path: path.into(),
+                expected: "directory",
+            });
+        }
+        let mut entries = self.backend.list(&real).map_err(|e| io_err(path, e))?;
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(entries)
+    }
+
+    /// The last component of the target of the link at `path`, without
+    /// following it (e.g. the driver name from a `driver` link).
+    pub fn link_name(&self, path: &str) -> Result<String, FsError> {
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let (real_parent, _) = self.resolve(parent)?;
+        let real = join(&real_parent, name);
+        match self.kind(&real, path)? {
+            EntryKind::Symlink => {}
+            _ => {
+                return Err(FsError::WrongKind {
+                    path: path.into(),
+                    expected: "symlink",
+                });
+            }
+        }
+        let target = self.backend.read_link(&real).map_err(|e| io_err(path, e))?;
+        target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+            .ok_or_else(|| FsError::WrongKind {
+                path: path.into(),
+                expected: "symlink to a named entry",
+            })
+    }
+
+    /// True when an entry (of any kind, links not followed) exists at `path`.
+    pub fn exists(&self, path: &str) -> bool {
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        match self.resolve(parent) {
+            Ok((real_parent, EntryKind::Dir)) => self.kind(&join(&real_parent, name), path).is_ok(),
+            _ => false,
+        }
+    }
+
+    fn kind(&self, real: &str, asked: &str) -> Result<EntryKind, FsError> {
+        if self.known_dirs.borrow().contains(real) {
+            return Ok(EntryKind::Dir);
+        }
+        let kind = self.backend.kind(real).map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                FsError::NotFound { path: asked.into() }
+            } else {
+                io_err(asked, e)
+            }
+        })?;
+        if kind == EntryKind::Dir {
+            self.known_dirs.borrow_mut().insert(real.to_string());
+        }
+        Ok(kind)
+    }
+
+    /// Turns a link target into components to walk from `resolved` (the
+    /// link's directory); absolute targets restart from the root when they
+    /// point inside it.
+    fn splice_target(
+        &self,
+        target: &Path,
+        resolved: &mut Vec<String>,
+        asked: &str,
+    ) -> Result<String, FsError> {
+        let escapes = || FsError::Escapes {
+            path: asked.into(),
+            target: target.to_path_buf(),
+        };
+        if !target.is_absolute() {
+            return target.to_str().map(str::to_string).ok_or_else(escapes);
+        }
+        let root = self.root_abs.as_deref().ok_or_else(escapes)?;
+        let inside = target.strip_prefix(root).map_err(|_| escapes())?;
+        if inside
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+        {
+            return Err(escapes());
+        }
+        resolved.clear();
+        inside.to_str().map(str::to_string).ok_or_else(escapes)
+    }
+}
+
+fn components(path: &str) -> impl DoubleEndedIterator<Item = String> + '_ {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_string)
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn io_err(path: &str, source: io::Error) -> FsError {
+    FsError::Io {
+        path: path.into(),
+        source,
+    }
+}
