@@ -4,3 +4,5 @@
 //! Pure functions from an [`topology::Inventory`] (plus configuration) to
 //! Kubernetes objects; no I/O beyond what the caller hands in.
 #![deny(missing_docs)]
+
+pub mod classic;
