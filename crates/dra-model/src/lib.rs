@@ -6,3 +6,5 @@
 #![deny(missing_docs)]
 
 pub mod classic;
+
+pub mod nic_config;

@@ -1,0 +1,284 @@
+//! `NicConfig`: the driver's opaque device configuration, as users write it
+//! in a DeviceClass or ResourceClaim (`apiVersion: ainic.amd.com/v1alpha1`,
+//! `kind: NicConfig`), and how the pieces that apply to one request merge.
+//!
+//! The allocation result of a claim carries the configuration of the class
+//! (`source: FromClass`) and of the claim (`source: FromClaim`). For one
+//! request, every entry of this driver that names the request (or names no
+//! request) applies: class entries first, then claim entries, each later
+//! field overriding an earlier one, so the claim wins.
+
+use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
+use serde::{Deserialize, Serialize};
+
+/// `apiVersion` of a NicConfig.
+pub const API_VERSION: &str = "ainic.amd.com/v1alpha1";
+/// `kind` of a NicConfig.
+pub const KIND: &str = "NicConfig";
+/// `source` of a configuration copied from the DeviceClass.
+pub const SOURCE_CLASS: &str = "FromClass";
+/// `source` of a configuration copied from the ResourceClaim.
+pub const SOURCE_CLAIM: &str = "FromClaim";
+
+/// How an allocated NIC is handed to a container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    /// RDMA char devices and environment; the netdev stays in the host
+    /// network namespace (the default).
+    #[default]
+    Rdma,
+    /// The netdev moves into the pod's network namespace. Reserved: the node
+    /// agent rejects it until it is implemented.
+    Netdev,
+}
+
+impl AttachMode {
+    /// The spelling used in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachMode::Rdma => "rdma",
+            AttachMode::Netdev => "netdev",
+        }
+    }
+}
+
+/// The effective configuration of one request's devices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NicConfig {
+    /// How the NIC is attached.
+    pub mode: AttachMode,
+    /// Also give the container the MAD devices (`/dev/infiniband/umadN`).
+    pub umad: bool,
+    /// Also give the container the subnet-management devices (`issmN`).
+    pub issm: bool,
+}
+
+/// One NicConfig object as written: every field optional so that later
+/// objects override only what they set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NicConfigObject {
+    /// Must be [`API_VERSION`].
+    pub api_version: String,
+    /// Must be [`KIND`].
+    pub kind: String,
+    /// Attach mode.
+    #[serde(default)]
+    pub mode: Option<AttachMode>,
+    /// Give the MAD devices.
+    #[serde(default)]
+    pub umad: Option<bool>,
+    /// Give the subnet-management devices.
+    #[serde(default)]
+    pub issm: Option<bool>,
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum NicConfigError {
+    /// The parameters are not a valid NicConfig (unknown field, wrong type).
+    #[error("invalid NicConfig in {source_kind} config for request {request:?}: {error}")]
+    Invalid {
+        /// `FromClass` or `FromClaim`.
+        source_kind: String,
+        /// The request being configured.
+        request: String,
+        /// What serde said; names the offending field.
+        error: serde_json::Error,
+    },
+    /// `apiVersion` or `kind` is not the NicConfig one.
+    #[error(
+        "unsupported config {api_version}/{kind} in {source_kind} config for request {request:?}: expected {API_VERSION}/{KIND}"
+    )]
+    WrongType {
+        /// `FromClass` or `FromClaim`.
+        source_kind: String,
+        /// The request being configured.
+        request: String,
+        /// What the object said.
+        api_version: String,
+        /// What the object said.
+        kind: String,
+    },
+}
+
+impl NicConfigObject {
+    /// Parses the `parameters` of an opaque configuration.
+    pub fn parse(value: &serde_json::Value) -> Result<Self, serde_json::Error> {
+        Self::deserialize(value)
+    }
+
+    /// Applies the fields this object sets on top of `base`.
+    pub fn apply(&self, base: NicConfig) -> NicConfig {
+        NicConfig {
+            mode: self.mode.unwrap_or(base.mode),
+            umad: self.umad.unwrap_or(base.umad),
+            issm: self.issm.unwrap_or(base.issm),
+        }
+    }
+}
+
+/// True when a configuration entry listing `targets` applies to the result
+/// of `request` (`main` or `main/sub` for a firstAvailable subrequest).
+pub fn applies_to(targets: Option<&[String]>, request: &str) -> bool {
+    let Some(targets) = targets.filter(|t| !t.is_empty()) else {
+        return true;
+    };
+    let parent = request.split('/').next().unwrap_or(request);
+    targets.iter().any(|t| t == request || t == parent)
+}
+
+/// The effective NicConfig for the devices allocated to `request`: the
+/// default, then every matching class entry of `driver`, then every matching
+/// claim entry, in order.
+pub fn config_for_request(
+    configs: &[DeviceAllocationConfiguration],
+    driver: &str,
+    request: &str,
+) -> Result<NicConfig, NicConfigError> {
+    let mut effective = NicConfig::default();
+    for source in [SOURCE_CLASS, SOURCE_CLAIM] {
+        for entry in configs.iter().filter(|c| c.source == source) {
+            let Some(opaque) = entry.opaque.as_ref().filter(|o| o.driver == driver) else {
+                continue;
+            };
+            if !applies_to(entry.requests.as_deref(), request) {
+                continue;
+            }
+            let object = parse_entry(&opaque.parameters.0, source, request)?;
+            effective = object.apply(effective);
+        }
+    }
+    Ok(effective)
+}
+
+fn parse_entry(
+    value: &serde_json::Value,
+    source: &str,
+    request: &str,
+) -> Result<NicConfigObject, NicConfigError> {
+    let object = NicConfigObject::parse(value).map_err(|error| NicConfigError::Invalid {
+        source_kind: source.to_string(),
+        request: request.to_string(),
+        error,
+    })?;
+    if object.api_version != API_VERSION || object.kind != KIND {
+        return Err(NicConfigError::WrongType {
+            source_kind: source.to_string(),
+            request: request.to_string(),
+            api_version: object.api_version,
+            kind: object.kind,
+        });
+    }
+    Ok(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::resource::v1::OpaqueDeviceConfiguration;
+    use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+    use serde_json::json;
+
+    fn entry(
+        source: &str,
+        driver: &str,
+        requests: &[&str],
+        params: serde_json::Value,
+    ) -> DeviceAllocationConfiguration {
+        DeviceAllocationConfiguration {
+            source: source.into(),
+            requests: (!requests.is_empty())
+                .then(|| requests.iter().map(|r| r.to_string()).collect()),
+            opaque: Some(OpaqueDeviceConfiguration {
+                driver: driver.into(),
+                parameters: RawExtension(params),
+            }),
+        }
+    }
+
+    fn nic(fields: serde_json::Value) -> serde_json::Value {
+        let mut v = json!({"apiVersion": API_VERSION, "kind": KIND});
+        v.as_object_mut()
+            .unwrap()
+            .extend(fields.as_object().unwrap().clone());
+        v
+    }
+
+    const D: &str = "ainic.amd.com";
+
+    #[test]
+    fn no_config_means_rdma_without_mad_devices() {
+        assert_eq!(
+            config_for_request(&[], D, "nic").unwrap(),
+            NicConfig::default()
+        );
+        assert_eq!(NicConfig::default().mode, AttachMode::Rdma);
+    }
+
+    #[test]
+    fn claim_config_overrides_class_config_whatever_the_order() {
+        let configs = vec![
+            entry(SOURCE_CLAIM, D, &[], nic(json!({"umad": false}))),
+            entry(
+                SOURCE_CLASS,
+                D,
+                &[],
+                nic(json!({"umad": true, "issm": true})),
+            ),
+        ];
+        let c = config_for_request(&configs, D, "nic").unwrap();
+        assert!(!c.umad, "claim said umad: false");
+        assert!(
+            c.issm,
+            "class said issm: true and the claim did not override it"
+        );
+    }
+
+    #[test]
+    fn entries_for_other_requests_or_drivers_are_ignored() {
+        let configs = vec![
+            entry(SOURCE_CLAIM, D, &["other"], nic(json!({"umad": true}))),
+            entry(SOURCE_CLAIM, "gpu.amd.com", &[], json!({"anything": 1})),
+            entry(SOURCE_CLAIM, D, &["nic"], nic(json!({"issm": true}))),
+        ];
+        let c = config_for_request(&configs, D, "nic/pf").unwrap();
+        assert!(!c.umad);
+        assert!(
+            c.issm,
+            "an entry naming the parent request applies to its subrequest"
+        );
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_by_name() {
+        let configs = vec![entry(SOURCE_CLAIM, D, &[], nic(json!({"umadd": true})))];
+        let err = config_for_request(&configs, D, "nic")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `umadd`"), "{err}");
+        assert!(err.contains("FromClaim"), "{err}");
+    }
+
+    #[test]
+    fn wrong_kind_is_rejected() {
+        let v = json!({"apiVersion": "ainic.amd.com/v1", "kind": "NicConfig"});
+        let configs = vec![entry(SOURCE_CLASS, D, &[], v)];
+        let err = config_for_request(&configs, D, "nic")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ainic.amd.com/v1/NicConfig"), "{err}");
+    }
+
+    #[test]
+    fn netdev_mode_parses_so_the_node_can_refuse_it_clearly() {
+        let configs = vec![entry(SOURCE_CLAIM, D, &[], nic(json!({"mode": "netdev"})))];
+        let c = config_for_request(&configs, D, "nic").unwrap();
+        assert_eq!(c.mode, AttachMode::Netdev);
+        let bad = vec![entry(SOURCE_CLAIM, D, &[], nic(json!({"mode": "sriov"})))];
+        let err = config_for_request(&bad, D, "nic").unwrap_err().to_string();
+        assert!(err.contains("sriov"), "{err}");
+    }
+}
