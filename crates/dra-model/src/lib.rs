@@ -3,8 +3,27 @@
 //!
 //! Pure functions from an [`topology::Inventory`] (plus configuration) to
 //! Kubernetes objects; no I/O beyond what the caller hands in.
+//!
+//! - [`ModelConfig`] (validated from [`ModelOptions`]) and [`FeatureGates`];
+//! - [`build_slices`] → [`SliceSet`]: the node's ResourceSlices;
+//! - [`validate::check_slice`] / [`validate::check_pool`]: the API rules;
+//! - [`fabric`]: rail / fabric / leaf switch from config file, labels, LLDP;
+//! - [`deviceclass`]: the DeviceClasses shipped with the driver.
 #![deny(missing_docs)]
 
-pub mod classic;
+pub mod capacity;
+pub mod config;
+mod device;
+pub mod deviceclass;
+pub mod fabric;
+pub mod gates;
+pub mod names;
+pub mod plan;
+pub mod quantity;
+pub mod sample;
+pub mod slices;
+pub mod validate;
 
-pub mod nic_config;
+pub use config::{ConfigError, ModelConfig, ModelOptions, PfWithVfs};
+pub use gates::{FeatureGate, FeatureGateError, FeatureGates};
+pub use slices::{SliceSet, build_slices};

@@ -1,0 +1,58 @@
+//! The DeviceClasses shipped with the driver: exclusive PFs (`ainic-pf`),
+//! VFs (`ainic-vf`) and shared PFs (`ainic-shared`). Each selects by
+//! `device.driver` and the `type` attribute (and `shared`).
+
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::names::attr;
+
+/// Names and CEL selectors of the shipped classes, for `driver`.
+pub fn class_selectors(driver: &str) -> Vec<(&'static str, String)> {
+    let base = |ty: &str, shared: bool| {
+        format!(
+            "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{t} == \"{ty}\" && {not}device.attributes[\"{driver}\"].{s}",
+            t = attr::TYPE,
+            s = attr::SHARED,
+            not = if shared { "" } else { "!" },
+        )
+    };
+    vec![
+        ("ainic-pf", base("pf", false)),
+        ("ainic-vf", base("vf", false)),
+        ("ainic-shared", base("pf", true)),
+    ]
+}
+
+/// The shipped DeviceClasses for `driver`.
+pub fn device_classes(driver: &str) -> Vec<DeviceClass> {
+    class_selectors(driver)
+        .into_iter()
+        .map(|(name, expression)| DeviceClass {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec: DeviceClassSpec {
+                selectors: Some(vec![DeviceSelector {
+                    cel: Some(CELDeviceSelector { expression }),
+                }]),
+                ..DeviceClassSpec::default()
+            },
+        })
+        .collect()
+}
+
+/// The classes as one multi-document YAML stream (what `ainic-dra
+/// deviceclasses` prints and `deploy/deviceclasses/` holds).
+pub fn device_classes_yaml(driver: &str) -> Result<String, serde_yaml::Error> {
+    let docs: Result<Vec<String>, _> = device_classes(driver).iter().map(class_yaml).collect();
+    Ok(docs?.join("---\n"))
+}
+
+/// One class as YAML with `apiVersion` and `kind`.
+pub fn class_yaml(class: &DeviceClass) -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(class)
+}
