@@ -12,12 +12,14 @@
 #![deny(missing_docs)]
 
 pub mod capacity;
+pub mod classic;
 pub mod config;
 mod device;
 pub mod deviceclass;
 pub mod fabric;
 pub mod gates;
 pub mod names;
+pub mod nic_config;
 pub mod plan;
 pub mod quantity;
 pub mod sample;
