@@ -1,1 +1,3 @@
 //! Test and demo support.
+
+pub mod apiserver;

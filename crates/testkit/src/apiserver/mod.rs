@@ -1,0 +1,198 @@
+//! An in-process stand-in for the Kubernetes API server.
+//!
+//! Plain HTTP on `127.0.0.1` (random port), serving enough REST semantics for
+//! the real `kube` client: `resource.k8s.io/v1` ResourceSlices, ResourceClaims
+//! (namespaced, with `/status`) and DeviceClasses, and core `v1` Nodes. Verbs:
+//! list (label and field selectors), watch, get, create (`generateName`, uid,
+//! resourceVersion, creationTimestamp), update (stale resourceVersion → 409
+//! with a `Status` body), merge and JSON patch, delete (with preconditions).
+//!
+//! Tests can seed and read objects directly, inject failures
+//! ([`Fault`]) and read the request log ([`RequestRecord`]).
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use testkit::apiserver::{ApiServer, Fault, Verb};
+//! let server = ApiServer::start().await.unwrap();
+//! server.inject(Fault::status(503).on(Verb::Create).resource("resourceslices"));
+//! let client = server.client();
+//! # let _ = client;
+//! assert_eq!(server.writes(), 0);
+//! # }
+//! ```
+
+mod faults;
+mod http;
+mod patch;
+mod resources;
+mod selectors;
+mod status;
+mod store;
+mod watch;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{Metadata, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub use faults::{Fault, RequestRecord, Verb};
+
+use http::{Shared, lock};
+use selectors::{FieldSelector, LabelSelector};
+
+/// A running stand-in; stops (and drops its connections) when dropped.
+#[derive(Debug)]
+pub struct ApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut connections = JoinSet::new();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let shared = shared.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| http::handle(shared.clone(), req));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = conn.await {
+                tracing::debug!(%error, "api stand-in connection ended");
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+fn resource_type<K: Resource>() -> &'static resources::ResourceType {
+    resources::by_plural(K::URL_PATH_SEGMENT)
+        .unwrap_or_else(|| panic!("the API stand-in does not serve {}", K::URL_PATH_SEGMENT))
+}
+
+impl ApiServer {
+    /// Binds `127.0.0.1:0` and starts serving on the current tokio runtime.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(7);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store::Store::new(seed ^ u64::from(addr.port()))),
+            faults: Mutex::default(),
+            log: Mutex::default(),
+            changed: tokio::sync::watch::Sender::new(0),
+        });
+        let task = tokio::spawn(accept_loop(listener, shared.clone()));
+        Ok(Self { addr, shared, task })
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `kube::Config` pointing at this server. Its built-in retry of
+    /// 429/503/504 is off, so injected faults reach the code under test.
+    pub fn config(&self) -> kube::Config {
+        let uri = self.url().parse().expect("stand-in URL is a valid URI");
+        let mut config = kube::Config::new(uri);
+        config.default_retry = false;
+        config
+    }
+
+    /// A `kube::Client` for this server (call inside a tokio runtime).
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).expect("kube client for the API stand-in")
+    }
+
+    /// Stores an object as a create would (server fields assigned, status
+    /// kept) without going through HTTP or the log. Panics if invalid.
+    pub fn seed<K>(&self, object: &K) -> K
+    where
+        K: Resource + Metadata<Ty = ObjectMeta> + Serialize + DeserializeOwned,
+    {
+        let rt = resource_type::<K>();
+        let body = serde_json::to_value(object).expect("serializable object");
+        let ns = object.metadata().namespace.clone();
+        let stored = lock(&self.shared.store).create(rt, ns.as_deref(), body, true);
+        let stored = stored.unwrap_or_else(|e| panic!("seeding {}: {}", rt.plural, e.message));
+        self.shared
+            .changed
+            .send_replace(lock(&self.shared.store).resource_version());
+        serde_json::from_value(stored).expect("stored object parses")
+    }
+
+    /// The stored object, if any (`namespace` is ignored for cluster-scoped types).
+    pub fn get<K: Resource + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<K> {
+        let found = lock(&self.shared.store)
+            .get(resource_type::<K>(), namespace, name)
+            .ok();
+        found.map(|v| serde_json::from_value(v).expect("stored object parses"))
+    }
+
+    /// All stored objects of a type, ordered by namespace and name.
+    pub fn list<K: Resource + DeserializeOwned>(&self) -> Vec<K> {
+        let all = (LabelSelector::default(), FieldSelector::default());
+        let values = lock(&self.shared.store).select(resource_type::<K>(), None, &all.0, &all.1);
+        values
+            .into_iter()
+            .map(|v| serde_json::from_value(v).expect("stored object parses"))
+            .collect()
+    }
+
+    /// Adds a failure rule; rules fire in the order added.
+    pub fn inject(&self, fault: Fault) {
+        lock(&self.shared.faults).push(fault);
+    }
+
+    /// Injected failures not yet delivered.
+    pub fn pending_faults(&self) -> usize {
+        lock(&self.shared.faults).pending()
+    }
+
+    /// Every request seen so far, oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.shared.log).clone()
+    }
+
+    /// Number of write requests (create, update, patch, delete) received,
+    /// whether they succeeded or not.
+    pub fn writes(&self) -> usize {
+        lock(&self.shared.log)
+            .iter()
+            .filter(|r| r.verb.is_write())
+            .count()
+    }
+
+    /// Forgets the request log (e.g. after a test's setup phase).
+    pub fn clear_requests(&self) {
+        lock(&self.shared.log).clear();
+    }
+
+    /// The store's current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        lock(&self.shared.store).resource_version()
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
