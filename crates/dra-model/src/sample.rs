@@ -39,13 +39,14 @@ pub fn vf_address(i: usize, j: usize) -> PciAddress {
 fn location(i: usize, numa: u32) -> PcieLocation {
     let root_port = PciAddress {
         domain: 0,
-        bus: 0,
+        bus: ((i / 4) * 0x80) as u8,
         device: 1 + i as u8,
         function: 1,
     };
     let usp = PciAddress {
         bus: 0x0f + (i as u8) * 0x10,
         device: 0,
+        function: 0,
         ..root_port
     };
     let dsp = PciAddress { device: 1, ..usp };

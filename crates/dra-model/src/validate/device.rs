@@ -178,6 +178,7 @@ fn check_range(
     default: Option<QuantityValue>,
     range: &k8s_openapi::api::resource::v1::CapacityRequestPolicyRange,
 ) {
+    let policy_at = at;
     let at = format!("{at}.validRange");
     let Some(min) = quantity(r, &format!("{at}.min"), &range.min) else {
         return;
@@ -197,7 +198,7 @@ fn check_range(
     );
     r.check(
         default.is_none_or(|d| d >= min),
-        format!("{at}.default"),
+        format!("{policy_at}.default"),
         "less than min",
     );
     if let Some(max) = max {
@@ -209,7 +210,7 @@ fn check_range(
         );
         r.check(
             default.is_none_or(|d| d <= max),
-            format!("{at}.default"),
+            format!("{policy_at}.default"),
             "more than max",
         );
     }
@@ -226,7 +227,7 @@ fn check_range(
         let on_step = |v: QuantityValue| (v.millis - min.millis) % step.millis == 0;
         r.check(
             default.is_none_or(on_step),
-            format!("{at}.default"),
+            format!("{policy_at}.default"),
             "not a whole number of steps above min",
         );
         r.check(
