@@ -4,14 +4,17 @@
 //! Environment:
 //! - `PCIDEVICE_<RESOURCE>` (e.g. `PCIDEVICE_AMD_COM_NIC`): the allocated
 //!   PCI addresses, comma-separated, as the SR-IOV device plugin sets it.
-//! - [`RDMA_DEVICES_ENV`]: the RDMA device names, comma-separated.
-//! - [`NCCL_IB_HCA_ENV`]: the same names in NCCL/RCCL exact-match form
-//!   (`=rocep12s0,rocep13s0`), so collectives use exactly these NICs.
+//! - the same variables the DRA path puts in its CDI specs, so a workload
+//!   reads one set of names under either path: `NCCL_IB_HCA` (RDMA devices
+//!   in NCCL/RCCL exact-match form, `=rocep12s0,rocep13s0`, so collectives
+//!   use exactly these NICs), `AINIC_RDMA_DEVICES`, `AINIC_NETDEVS`,
+//!   `AINIC_PCI_ADDRESSES` and `AINIC_DEVICES` (the DRA device names,
+//!   `pf-0000-0c-00-0`), all comma-separated in address order.
 //!
 //! Char devices per function: `uverbsN`, plus `umadN` / `issmN` when the
 //! config asks; and `/dev/infiniband/rdma_cm` once per container. With CDI
 //! enabled the container gets CDI device names instead: one per function
-//! (`amd.com/ainic=classic-0000-0c-00-0`) and one for `rdma_cm`
+//! (`amd.com/ainic=classic-pf-0000-0c-00-0`) and one for `rdma_cm`
 //! (`amd.com/ainic=classic-rdma-cm`); the node agent writes the spec that
 //! defines them from [`function_char_devices`].
 
@@ -21,11 +24,8 @@ use topology::{CharDevice, Inventory, NicFunction, PciAddress};
 
 use super::assign::ResourceDevices;
 use super::config::CharDeviceOptions;
+use crate::names::device_name;
 
-/// Env variable listing the allocated RDMA device names.
-pub const RDMA_DEVICES_ENV: &str = "AINIC_RDMA_DEVICES";
-/// Env variable NCCL/RCCL read to choose their RDMA devices.
-pub const NCCL_IB_HCA_ENV: &str = "NCCL_IB_HCA";
 /// CDI kind shared with the DRA path.
 pub const CDI_KIND: &str = "amd.com/ainic";
 /// CDI device name of `/dev/infiniband/rdma_cm` in the classic spec.
@@ -75,9 +75,10 @@ pub enum AllocateError {
     },
 }
 
-/// The CDI device name of the function at `address` in the classic spec.
-pub fn cdi_device_name(address: PciAddress) -> String {
-    format!("classic-{}", address.to_string().replace([':', '.'], "-"))
+/// The CDI device name of `nic` in the classic spec: `classic-` and the
+/// DRA device name, so it can never collide with a claim's device.
+pub fn cdi_device_name(nic: &NicFunction) -> String {
+    format!("classic-{}", device_name(nic))
 }
 
 /// The char devices that give a container the RDMA devices of `nic`.
@@ -127,7 +128,7 @@ pub fn container_allocation(
         }
         out.cdi_devices.extend(
             nics.iter()
-                .map(|n| format!("{CDI_KIND}={}", cdi_device_name(n.address))),
+                .map(|n| format!("{CDI_KIND}={}", cdi_device_name(n))),
         );
     } else {
         let chars = inventory.rdma_cm.iter().cloned().chain(
@@ -146,20 +147,27 @@ pub fn container_allocation(
 }
 
 fn environment(resource: &ResourceDevices, nics: &[&NicFunction]) -> BTreeMap<String, String> {
-    let join = |items: Vec<String>| items.join(",");
-    let addresses = join(nics.iter().map(|n| n.address.to_string()).collect());
-    let rdma: Vec<String> = nics
-        .iter()
-        .flat_map(|n| n.rdma.iter().map(|r| r.name.clone()))
-        .collect();
-    let mut envs = BTreeMap::new();
-    envs.insert(resource.name.pci_env_name(), addresses);
-    if !rdma.is_empty() {
-        let exact: Vec<String> = rdma.iter().map(|r| format!("={r}")).collect();
-        envs.insert(NCCL_IB_HCA_ENV.into(), exact.join(","));
-        envs.insert(RDMA_DEVICES_ENV.into(), join(rdma));
-    }
-    envs
+    let list = |items: Vec<String>| items.join(",");
+    let addresses = list(nics.iter().map(|n| n.address.to_string()).collect());
+    let rdma = list(
+        nics.iter()
+            .flat_map(|n| n.rdma.iter().map(|r| r.name.clone()))
+            .collect(),
+    );
+    let netdevs = list(
+        nics.iter()
+            .flat_map(|n| n.netdevs.iter().map(|d| d.name.clone()))
+            .collect(),
+    );
+    let names = list(nics.iter().map(|n| device_name(n)).collect());
+    BTreeMap::from([
+        (resource.name.pci_env_name(), addresses.clone()),
+        ("NCCL_IB_HCA".to_string(), format!("={rdma}")),
+        ("AINIC_RDMA_DEVICES".to_string(), rdma),
+        ("AINIC_NETDEVS".to_string(), netdevs),
+        ("AINIC_PCI_ADDRESSES".to_string(), addresses),
+        ("AINIC_DEVICES".to_string(), names),
+    ])
 }
 
 #[cfg(test)]
@@ -190,7 +198,10 @@ mod tests {
             "0000:0c:00.0,0000:2c:00.0"
         );
         assert_eq!(got.envs["AINIC_RDMA_DEVICES"], "ionic_96,ionic_352");
-        assert_eq!(got.envs["NCCL_IB_HCA"], "=ionic_96,=ionic_352");
+        assert_eq!(got.envs["NCCL_IB_HCA"], "=ionic_96,ionic_352");
+        assert_eq!(got.envs["AINIC_NETDEVS"], "eth0cf0,eth2cf0");
+        assert_eq!(got.envs["AINIC_PCI_ADDRESSES"], "0000:0c:00.0,0000:2c:00.0");
+        assert_eq!(got.envs["AINIC_DEVICES"], "pf-0000-0c-00-0,pf-0000-2c-00-0");
         let paths: Vec<&str> = got
             .device_nodes
             .iter()
@@ -253,7 +264,7 @@ mod tests {
             got.cdi_devices,
             [
                 "amd.com/ainic=classic-rdma-cm",
-                "amd.com/ainic=classic-0000-0c-00-0"
+                "amd.com/ainic=classic-pf-0000-0c-00-0"
             ]
         );
         assert_eq!(got.envs["PCIDEVICE_AMD_COM_NIC"], "0000:0c:00.0");

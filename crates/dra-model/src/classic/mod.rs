@@ -27,7 +27,8 @@ mod selector;
 pub(crate) mod testing;
 
 pub use allocate::{
-    AllocateError, AllocateOptions, ContainerAllocation, DeviceNode, container_allocation,
+    AllocateError, AllocateOptions, CDI_KIND, CDI_RDMA_CM_DEVICE, ContainerAllocation, DeviceNode,
+    cdi_device_name, container_allocation, function_char_devices,
 };
 pub use assign::{Assignment, Overlap, OverlapError, ResourceDevices, assign};
 pub use config::{CharDeviceOptions, ClassicConfig, ConfigError, ResourceName, ResourceSpec};

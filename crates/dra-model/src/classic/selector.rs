@@ -44,11 +44,8 @@ impl DeviceSelector {
                 .iter()
                 .any(|&(v, d)| nic.ids.vendor == v && nic.ids.device == d);
         let addr_ok = self.pci_addresses.is_empty() || self.pci_addresses.contains(&nic.address);
-        let netdev_ok = self.netdevs.is_empty()
-            || nic
-                .netdevs
-                .iter()
-                .any(|n| self.netdevs.contains(&n.name));
+        let netdev_ok =
+            self.netdevs.is_empty() || nic.netdevs.iter().any(|n| self.netdevs.contains(&n.name));
         id_ok && addr_ok && netdev_ok
     }
 }
