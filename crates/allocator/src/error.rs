@@ -1,0 +1,76 @@
+//! Errors of the allocator: invalid input (a bad object, an unknown class,
+//! a selector that does not compile) versus claims that cannot be
+//! allocated, with the explanation of why.
+
+use crate::cel::CompileError;
+
+/// Input the allocator rejects before searching.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// A ResourceSlice holds a value that cannot be parsed.
+    #[error("resource slice {slice}: {reason}")]
+    Slice {
+        /// Slice name.
+        slice: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A request names a DeviceClass that does not exist.
+    #[error("claim {claim}, request {request}: device class {class} not found")]
+    UnknownClass {
+        /// Claim (namespace/name).
+        claim: String,
+        /// Request name.
+        request: String,
+        /// The missing class.
+        class: String,
+    },
+    /// A selector of a class or a claim does not compile.
+    #[error("{owner}, selector #{index}: {source}")]
+    Selector {
+        /// `class NAME` or `claim NS/NAME, request R`.
+        owner: String,
+        /// Position of the selector.
+        index: usize,
+        /// The compile error.
+        source: CompileError,
+    },
+    /// A claim is malformed or uses a feature whose gate is off.
+    #[error("claim {claim}: {reason}")]
+    Claim {
+        /// Claim (namespace/name).
+        claim: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A node selector in a slice or device is malformed.
+    #[error("node selector: {reason}")]
+    NodeSelector {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The claims cannot be allocated on the node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{explanation}")]
+pub struct AllocationFailure {
+    /// Claim (namespace/name) whose request failed, when one could be singled out.
+    pub claim: Option<String>,
+    /// The failed request (`req` or `req/sub`), when one could be singled out.
+    pub request: Option<String>,
+    /// Why, for people: names the request and the counts of devices that
+    /// match the class, the selectors, are free, and satisfy the constraints.
+    pub explanation: String,
+}
+
+/// Why `allocate` returned no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    /// Invalid input.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// Valid input, but no allocation exists.
+    #[error(transparent)]
+    Unsatisfiable(#[from] AllocationFailure),
+}

@@ -1,0 +1,195 @@
+//! Explaining a failed allocation: find the first claim, and in it the
+//! first request, that cannot be added to an otherwise successful
+//! allocation, and count the devices that pass each filter for it (class,
+//! selectors, free, taints, each constraint against the devices already
+//! chosen).
+
+use crate::constraint::show;
+use crate::context::NodeContext;
+use crate::error::AllocationFailure;
+use crate::request::{ClaimPlan, Mode, RequestSpec};
+use crate::search::{STEP_LIMIT, Search, Stop};
+use crate::taints::all_tolerated;
+
+/// Builds the failure for `plans`, whose joint allocation failed.
+pub(crate) fn explain(
+    ctx: &NodeContext<'_>,
+    plans: &[ClaimPlan],
+    stop: Option<Stop>,
+) -> AllocationFailure {
+    match stop {
+        Some(Stop::Fatal(message)) => return failure(None, None, message),
+        Some(Stop::Budget) => {
+            return failure(
+                None,
+                None,
+                format!("no allocation found within {STEP_LIMIT} search steps"),
+            );
+        }
+        None => {}
+    }
+    for k in 0..plans.len() {
+        let mut prefix = plans[..=k].to_vec();
+        for r in 0..plans[k].requests.len() {
+            prefix[k].requests = plans[k].requests[..=r].to_vec();
+            let mut search = Search::new(ctx, &prefix);
+            match search.run() {
+                Ok(true) => continue,
+                Ok(false) => return describe(ctx, &prefix, k, r),
+                Err(stop) => return explain(ctx, plans, Some(stop)),
+            }
+        }
+    }
+    failure(
+        None,
+        None,
+        "the claims cannot be allocated together on this node".into(),
+    )
+}
+
+fn failure(
+    claim: Option<String>,
+    request: Option<String>,
+    explanation: String,
+) -> AllocationFailure {
+    AllocationFailure {
+        claim,
+        request,
+        explanation,
+    }
+}
+
+/// Counts for request `r` of claim `k`, after the devices chosen for what
+/// comes before it.
+fn describe(ctx: &NodeContext<'_>, prefix: &[ClaimPlan], k: usize, r: usize) -> AllocationFailure {
+    let mut before = prefix.to_vec();
+    before[k].requests.truncate(r);
+    let mut search = Search::new(ctx, &before);
+    let earlier_ok = matches!(search.run(), Ok(true));
+    let plan = &prefix[k].requests[r];
+    let parts: Vec<String> = plan
+        .alternatives()
+        .iter()
+        .map(|spec| describe_spec(ctx, &mut search, &prefix[k], k, spec, earlier_ok))
+        .collect();
+    let mut explanation = format!("claim {}: {}", prefix[k].label, parts.join("; "));
+    if let Some(incomplete) = ctx.pools.iter().find(|p| p.incomplete) {
+        explanation.push_str(&format!(
+            "; resource pool {}/{} is being updated (incomplete)",
+            incomplete.key.0, incomplete.key.1
+        ));
+    }
+    if let Some(error) = search.cel_errors.iter().next() {
+        let more = search.cel_errors.len() - 1;
+        explanation.push_str(&format!("; selector error: {error}"));
+        if more > 0 {
+            explanation.push_str(&format!(" (and {more} more)"));
+        }
+    }
+    let request = plan
+        .alternatives()
+        .first()
+        .map(|s| s.base_name().to_owned());
+    failure(Some(prefix[k].label.clone()), request, explanation)
+}
+
+fn describe_spec(
+    ctx: &NodeContext<'_>,
+    search: &mut Search<'_, '_>,
+    claim: &ClaimPlan,
+    k: usize,
+    spec: &RequestSpec,
+    earlier_ok: bool,
+) -> String {
+    let all: Vec<usize> = (0..ctx.candidates.len()).collect();
+    let class: Vec<usize> = all
+        .into_iter()
+        .filter(|&i| search.class_matches(spec, i))
+        .collect();
+    let selected: Vec<usize> = class
+        .iter()
+        .copied()
+        .filter(|&i| search.request_matches(spec, i))
+        .collect();
+    let free: Vec<usize> = selected
+        .iter()
+        .copied()
+        .filter(|&i| (spec.admin_access || !search.in_use(i)) && search.capacity_ok(spec, i))
+        .collect();
+    let class_name = spec.class.metadata.name.as_deref().unwrap_or("");
+    let mut text = format!(
+        "request {}: {} devices match class {class_name}, {} also match the request's selectors, {} of those are free",
+        spec.full_name(),
+        class.len(),
+        selected.len(),
+        free.len()
+    );
+    let mut usable = free;
+    if ctx.features.device_taints {
+        usable.retain(|&i| all_tolerated(&ctx.candidates[i].device().taints, &spec.tolerations));
+        text.push_str(&format!(", {} tolerate their taints", usable.len()));
+    }
+    if earlier_ok {
+        for (c, constraint) in search.constraints[k].iter().enumerate() {
+            let sub = spec.parent.as_ref().map(|_| spec.name.as_str());
+            if !constraint.applies_to(spec.base_name(), sub) {
+                continue;
+            }
+            let passing = usable
+                .iter()
+                .filter(|&&i| constraint.check(ctx.candidates[i].device()).is_ok())
+                .count();
+            let kind = if constraint.spec.distinct {
+                "distinctAttribute"
+            } else {
+                "matchAttribute"
+            };
+            text.push_str(&format!(
+                ", {passing} satisfy {kind} {}",
+                constraint.spec.attribute
+            ));
+            if let Some(anchor) = anchor(ctx, search, claim, k, c) {
+                text.push_str(&anchor);
+            }
+        }
+    }
+    let needed = match spec.mode {
+        Mode::ExactCount(n) => n.to_string(),
+        Mode::All => "all of them".to_owned(),
+    };
+    text.push_str(&format!("; needs {needed}"));
+    text
+}
+
+/// " with request gpu's device 'gpu-3' (\"pci0000:00\")": the earlier device
+/// a matchAttribute constraint is pinned to.
+fn anchor(
+    ctx: &NodeContext<'_>,
+    search: &Search<'_, '_>,
+    claim: &ClaimPlan,
+    k: usize,
+    c: usize,
+) -> Option<String> {
+    let constraint = &search.constraints[k][c];
+    for picked in &search.picked[k] {
+        let spec = &claim.requests[picked.request].alternatives()[picked.sub];
+        let sub = spec.parent.as_ref().map(|_| spec.name.as_str());
+        if !constraint.applies_to(spec.base_name(), sub) {
+            continue;
+        }
+        let device = ctx.candidates[picked.candidate].device();
+        let value = device.attribute(&constraint.spec.attribute)?;
+        let verb = if constraint.spec.distinct {
+            "unlike"
+        } else {
+            "with"
+        };
+        return Some(format!(
+            " {verb} request {}'s device '{}' ({})",
+            spec.full_name(),
+            device.name,
+            show(value)
+        ));
+    }
+    None
+}

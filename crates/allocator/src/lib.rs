@@ -1,0 +1,163 @@
+//! The Kubernetes DRA structured-parameters allocator, as kube-scheduler's
+//! DRA plugin runs it, as a pure library: given ResourceSlices,
+//! DeviceClasses and the claims already allocated, find devices on one node
+//! for a pod's claims, all or nothing, and explain a failure.
+//!
+//! Semantics follow upstream's allocator for Kubernetes 1.34 (`resource.k8s.io/v1`)
+//! with its feature gates ([`Features`]): first-fit depth-first search over
+//! pools sorted by driver and name, slices by name, devices in slice order.
+//!
+//! ```ignore
+//! let allocator = Allocator::new(Features::default(), &slices, &classes, &allocated)?;
+//! let results = allocator.allocate(&NodeFacts::from_node(&node), &claims)?;
+//! ```
+#![deny(missing_docs)]
+
+mod capacity;
+pub mod cel;
+mod constraint;
+mod context;
+mod error;
+mod explain;
+mod features;
+mod model;
+mod node;
+mod pools;
+pub mod quantity;
+mod request;
+mod result;
+mod search;
+pub mod semver;
+mod taints;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
+
+pub use crate::error::{AllocateError, AllocationFailure, InputError};
+pub use crate::features::Features;
+pub use crate::model::{AttributeValue, DeviceInfo};
+pub use crate::node::NodeFacts;
+pub use crate::request::ALLOCATION_RESULTS_MAX_SIZE;
+
+use crate::cel::Selector;
+use crate::context::{AllocatedState, NodeContext};
+use crate::model::SliceInfo;
+use crate::pools::PoolIndex;
+use crate::request::{SelectorCache, plan_claim};
+use crate::search::Search;
+
+/// Classes by name, with their compiled selectors.
+type ClassMap = HashMap<String, (Arc<DeviceClass>, Vec<Arc<Selector>>)>;
+
+/// An allocator over a fixed set of slices, classes and allocated claims.
+#[derive(Debug)]
+pub struct Allocator {
+    features: Features,
+    index: PoolIndex,
+    classes: ClassMap,
+    state: AllocatedState,
+    selectors: Mutex<SelectorCache>,
+}
+
+impl Allocator {
+    /// Validates and indexes the inputs. Slices with unparsable values and
+    /// classes whose selectors do not compile are input errors.
+    pub fn new(
+        features: Features,
+        slices: &[ResourceSlice],
+        classes: &[DeviceClass],
+        allocated_claims: &[ResourceClaim],
+    ) -> Result<Allocator, InputError> {
+        let parsed = slices
+            .iter()
+            .map(SliceInfo::parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cache = SelectorCache::default();
+        let mut class_map = ClassMap::new();
+        for class in classes {
+            let name = class.metadata.name.clone().unwrap_or_default();
+            let selectors = class.spec.selectors.as_deref().unwrap_or_default();
+            let compiled = cache.compile_all(selectors, &format!("class {name}"))?;
+            class_map.insert(name, (Arc::new(class.clone()), compiled));
+        }
+        Ok(Allocator {
+            features,
+            index: PoolIndex::new(parsed),
+            classes: class_map,
+            state: AllocatedState::from_claims(allocated_claims)?,
+            selectors: Mutex::new(cache),
+        })
+    }
+
+    /// The feature gates in effect.
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
+    /// Allocates all `claims` together on `node`: one result per claim, in
+    /// order, or why not.
+    pub fn allocate(
+        &self,
+        node: &NodeFacts,
+        claims: &[ResourceClaim],
+    ) -> Result<Vec<AllocationResult>, AllocateError> {
+        let plans = {
+            let mut cache = self
+                .selectors
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            claims
+                .iter()
+                .map(|c| plan_claim(c, &self.classes, &mut cache, &self.features))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let ctx = NodeContext::new(&self.index, node, self.features, &self.state)?;
+        let mut search = Search::new(&ctx, &plans);
+        match search.run() {
+            Ok(true) => {}
+            Ok(false) => return Err(explain::explain(&ctx, &plans, None).into()),
+            Err(stop) => return Err(explain::explain(&ctx, &plans, Some(stop)).into()),
+        }
+        let results = plans
+            .iter()
+            .zip(claims)
+            .enumerate()
+            .map(|(c, (plan, claim))| {
+                result::build(&ctx, plan, claim, &search.picked[c], |r| {
+                    search.selected_sub.get(&(c, r)).copied().unwrap_or(0)
+                })
+            })
+            .collect();
+        tracing::debug!(node = %node.name, claims = claims.len(), steps = search.steps, "allocated");
+        Ok(results)
+    }
+
+    /// Records `results` (as returned by [`allocate`](Self::allocate)) as
+    /// in use, so that later allocations do not reuse their devices.
+    pub fn commit(&mut self, results: &[AllocationResult]) -> Result<(), InputError> {
+        for result in results {
+            let devices = result
+                .devices
+                .as_ref()
+                .and_then(|d| d.results.as_deref())
+                .unwrap_or_default();
+            self.state
+                .add_results(devices)
+                .map_err(|reason| InputError::Claim {
+                    claim: "<committed>".into(),
+                    reason,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Every device published by the slices, in slice order (for tools and tests).
+    pub fn devices(&self) -> impl Iterator<Item = &DeviceInfo> {
+        self.index.all_slices().iter().flat_map(|s| &s.devices)
+    }
+}
+
+#[cfg(test)]
+mod tests;

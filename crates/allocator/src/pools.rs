@@ -1,0 +1,220 @@
+//! Resource pools: slices indexed by pool and node, and the pools one node
+//! can use, gathered as upstream's `GatherPools` does (newest generation
+//! only, incomplete and invalid pools flagged, pools sorted by driver and
+//! name, slices by name).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use crate::error::InputError;
+use crate::features::Features;
+use crate::model::{NodeSelection, SliceInfo};
+use crate::node::{NodeFacts, selection_matches};
+use crate::quantity::Quantity;
+
+/// (driver, pool name).
+pub(crate) type PoolKey = (String, String);
+
+/// Counter sets by name, then counter name.
+pub(crate) type CounterSets = BTreeMap<String, BTreeMap<String, Quantity>>;
+
+/// All slices, indexed so that one node's pools are found without scanning
+/// the slices of other nodes.
+#[derive(Debug, Default)]
+pub(crate) struct PoolIndex {
+    slices: Vec<SliceInfo>,
+    by_pool: BTreeMap<PoolKey, Vec<usize>>,
+    by_node: HashMap<String, BTreeSet<PoolKey>>,
+    any_node: BTreeSet<PoolKey>,
+}
+
+/// A pool as seen from one node.
+#[derive(Debug)]
+pub(crate) struct NodePool<'a> {
+    pub key: &'a PoolKey,
+    /// Slices with devices for the node, sorted by name.
+    pub slices: Vec<&'a SliceInfo>,
+    pub incomplete: bool,
+    pub invalid: Option<String>,
+    /// Counters still available (partitionable devices only).
+    pub counters: CounterSets,
+}
+
+impl PoolIndex {
+    pub(crate) fn new(slices: Vec<SliceInfo>) -> PoolIndex {
+        let mut index = PoolIndex::default();
+        for (i, slice) in slices.iter().enumerate() {
+            let key = (slice.driver.clone(), slice.pool.clone());
+            index.by_pool.entry(key.clone()).or_default().push(i);
+            match &slice.node {
+                NodeSelection::NodeName(node) if slice.shared_counters.is_empty() => {
+                    index.by_node.entry(node.clone()).or_default().insert(key);
+                }
+                _ => {
+                    index.any_node.insert(key);
+                }
+            }
+        }
+        index.slices = slices;
+        index
+    }
+
+    /// Every device in every slice, for looking up allocated devices.
+    pub(crate) fn all_slices(&self) -> &[SliceInfo] {
+        &self.slices
+    }
+
+    /// The pools usable from `node`, in allocation order.
+    pub(crate) fn gather<'a>(
+        &'a self,
+        node: &NodeFacts,
+        features: &Features,
+        in_use: &HashSet<(String, String, String)>,
+    ) -> Result<Vec<NodePool<'a>>, InputError> {
+        let keys: BTreeSet<&PoolKey> = self
+            .by_node
+            .get(&node.name)
+            .into_iter()
+            .flatten()
+            .chain(self.any_node.iter())
+            .collect();
+        let mut pools = Vec::new();
+        for key in keys {
+            if let Some(pool) = self.gather_pool(key, node, features, in_use)? {
+                pools.push(pool);
+            }
+        }
+        Ok(pools)
+    }
+
+    fn relevant(
+        &self,
+        slice: &SliceInfo,
+        node: &NodeFacts,
+        features: &Features,
+    ) -> Result<bool, InputError> {
+        if !features.partitionable_devices
+            && (slice.per_device || !slice.shared_counters.is_empty())
+        {
+            return Ok(false);
+        }
+        if !slice.shared_counters.is_empty() {
+            return Ok(true);
+        }
+        match &slice.node {
+            NodeSelection::PerDevice => {
+                for device in &slice.devices {
+                    if selection_matches(&device.node, node)? {
+                        return Ok(true);
+                    }
+                }
+                Ok(false)
+            }
+            other => selection_matches(other, node),
+        }
+    }
+
+    fn gather_pool<'a>(
+        &'a self,
+        key: &'a PoolKey,
+        node: &NodeFacts,
+        features: &Features,
+        in_use: &HashSet<(String, String, String)>,
+    ) -> Result<Option<NodePool<'a>>, InputError> {
+        let all: Vec<&SliceInfo> = self.by_pool[key].iter().map(|&i| &self.slices[i]).collect();
+        let mut relevant: Vec<&SliceInfo> = Vec::new();
+        for slice in &all {
+            if !self.relevant(slice, node, features)? {
+                continue;
+            }
+            match relevant.first().map(|s| s.generation) {
+                Some(g) if slice.generation < g => {}
+                Some(g) if slice.generation > g => relevant = vec![slice],
+                _ => relevant.push(slice),
+            }
+        }
+        let Some(first) = relevant.first() else {
+            return Ok(None);
+        };
+        let generation = first.generation;
+        let expected = first.slice_count;
+        if all.iter().any(|s| s.generation > generation) && relevant.len() as i64 != expected {
+            // A newer generation is being published: the old one is obsolete.
+            return Ok(None);
+        }
+        let same_generation: Vec<&SliceInfo> = all
+            .iter()
+            .copied()
+            .filter(|s| s.generation == generation)
+            .collect();
+        let mut pool = NodePool {
+            key,
+            slices: Vec::new(),
+            incomplete: false,
+            invalid: None,
+            counters: CounterSets::new(),
+        };
+        if same_generation.len() as i64 != expected {
+            pool.incomplete = true;
+            return Ok(Some(pool));
+        }
+        relevant.sort_by(|a, b| a.name.cmp(&b.name));
+        pool.invalid = duplicate_device(&relevant);
+        if features.partitionable_devices && pool.invalid.is_none() {
+            match counter_sets(&same_generation, in_use) {
+                Ok(counters) => pool.counters = counters,
+                Err(reason) => pool.invalid = Some(reason),
+            }
+        }
+        pool.slices = relevant;
+        Ok(Some(pool))
+    }
+}
+
+fn duplicate_device(slices: &[&SliceInfo]) -> Option<String> {
+    let mut seen = HashSet::new();
+    slices
+        .iter()
+        .flat_map(|s| &s.devices)
+        .find(|d| !seen.insert(d.name.as_str()))
+        .map(|d| format!("duplicate device name {}", d.name))
+}
+
+/// The pool's counter sets, less what allocated devices consume; fails when
+/// a device refers to a counter set or counter that does not exist.
+fn counter_sets(
+    slices: &[&SliceInfo],
+    in_use: &HashSet<(String, String, String)>,
+) -> Result<CounterSets, String> {
+    let mut sets = CounterSets::new();
+    for (name, counters) in slices.iter().flat_map(|s| &s.shared_counters) {
+        if sets.insert(name.clone(), counters.clone()).is_some() {
+            return Err(format!("duplicate counter set name {name}"));
+        }
+    }
+    for slice in slices {
+        for device in &slice.devices {
+            let allocated = in_use.contains(&(
+                slice.driver.clone(),
+                slice.pool.clone(),
+                device.name.clone(),
+            ));
+            for consumption in &device.consumes_counters {
+                let Some(set) = sets.get_mut(&consumption.counter_set) else {
+                    return Err(format!("counter set {} not found", consumption.counter_set));
+                };
+                for (counter, amount) in &consumption.counters {
+                    let Some(available) = set.get_mut(counter) else {
+                        return Err(format!(
+                            "counter {counter} not found in counter set {}",
+                            consumption.counter_set
+                        ));
+                    };
+                    if allocated {
+                        *available = available.checked_sub(amount).unwrap_or(Quantity::ZERO);
+                    }
+                }
+            }
+        }
+    }
+    Ok(sets)
+}

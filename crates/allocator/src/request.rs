@@ -1,0 +1,362 @@
+//! Claims turned into allocation plans: each request (or each
+//! `firstAvailable` subrequest) with its class, compiled selectors, count,
+//! admin access, tolerations and capacity requests; each constraint typed.
+//! Validation and feature-gate checks happen here, before any search.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, DeviceSelector, DeviceSubRequest, DeviceToleration, ExactDeviceRequest,
+    ResourceClaim,
+};
+
+use crate::cel::Selector;
+use crate::error::InputError;
+use crate::features::Features;
+use crate::model::parse_quantity;
+use crate::quantity::Quantity;
+
+/// Most devices one claim's allocation may hold (`AllocationResultsMaxSize`).
+pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
+
+/// How many devices a request wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    ExactCount(usize),
+    All,
+}
+
+/// One request or subrequest, ready for the search.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestSpec {
+    pub name: String,
+    pub parent: Option<String>,
+    pub class: Arc<DeviceClass>,
+    pub class_selectors: Vec<Arc<Selector>>,
+    pub selectors: Vec<Arc<Selector>>,
+    pub mode: Mode,
+    pub admin_access: bool,
+    pub tolerations: Vec<DeviceToleration>,
+    pub capacity: BTreeMap<String, Quantity>,
+}
+
+impl RequestSpec {
+    /// `req` or `req/sub`, as allocation results name it.
+    pub fn full_name(&self) -> String {
+        match &self.parent {
+            Some(parent) => format!("{parent}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// The name constraints are matched on: the parent request's.
+    pub fn base_name(&self) -> &str {
+        self.parent.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// A request: exact, or alternatives tried in order.
+#[derive(Debug, Clone)]
+pub(crate) enum RequestPlan {
+    Exact(RequestSpec),
+    FirstAvailable(Vec<RequestSpec>),
+}
+
+impl RequestPlan {
+    pub fn alternatives(&self) -> &[RequestSpec] {
+        match self {
+            RequestPlan::Exact(spec) => std::slice::from_ref(spec),
+            RequestPlan::FirstAvailable(subs) => subs,
+        }
+    }
+}
+
+/// A claim-level constraint.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ConstraintSpec {
+    pub attribute: String,
+    pub distinct: bool,
+    pub requests: Vec<String>,
+}
+
+/// A claim, ready for the search.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimPlan {
+    pub label: String,
+    pub requests: Vec<RequestPlan>,
+    pub constraints: Vec<ConstraintSpec>,
+}
+
+/// Compiles selectors once per distinct expression.
+#[derive(Debug, Default)]
+pub(crate) struct SelectorCache(HashMap<String, Arc<Selector>>);
+
+impl SelectorCache {
+    pub fn compile_all(
+        &mut self,
+        selectors: &[DeviceSelector],
+        owner: &str,
+    ) -> Result<Vec<Arc<Selector>>, InputError> {
+        selectors
+            .iter()
+            .enumerate()
+            .map(|(index, s)| {
+                let Some(cel) = &s.cel else {
+                    return Err(InputError::Claim {
+                        claim: owner.to_owned(),
+                        reason: format!("selector #{index} has no CEL expression"),
+                    });
+                };
+                if let Some(found) = self.0.get(&cel.expression) {
+                    return Ok(Arc::clone(found));
+                }
+                let compiled =
+                    Selector::compile(&cel.expression).map_err(|source| InputError::Selector {
+                        owner: owner.to_owned(),
+                        index,
+                        source,
+                    })?;
+                let compiled = Arc::new(compiled);
+                self.0.insert(cel.expression.clone(), Arc::clone(&compiled));
+                Ok(compiled)
+            })
+            .collect()
+    }
+}
+
+/// `namespace/name` of a claim.
+pub(crate) fn claim_label(claim: &ResourceClaim) -> String {
+    let name = claim.metadata.name.as_deref().unwrap_or("<unnamed>");
+    match claim.metadata.namespace.as_deref() {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// Builds the plan of `claim`.
+pub(crate) fn plan_claim(
+    claim: &ResourceClaim,
+    classes: &HashMap<String, (Arc<DeviceClass>, Vec<Arc<Selector>>)>,
+    cache: &mut SelectorCache,
+    features: &Features,
+) -> Result<ClaimPlan, InputError> {
+    let label = claim_label(claim);
+    let fail = |reason: String| InputError::Claim {
+        claim: label.clone(),
+        reason,
+    };
+    let devices = claim.spec.devices.as_ref();
+    let mut requests = Vec::new();
+    let mut min_devices = 0usize;
+    for request in devices
+        .and_then(|d| d.requests.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let builder = Builder {
+            label: &label,
+            classes,
+            features,
+        };
+        let plan = match (&request.exactly, &request.first_available) {
+            (Some(exact), None) => {
+                RequestPlan::Exact(builder.exact(&request.name, exact, cache)?)
+            }
+            (None, Some(subs)) if !subs.is_empty() => {
+                if !features.prioritized_list {
+                    return Err(fail(format!(
+                        "request {}: has subrequests, but the DRAPrioritizedList feature is disabled",
+                        request.name
+                    )));
+                }
+                let specs = subs
+                    .iter()
+                    .map(|s| builder.sub(&request.name, s, cache))
+                    .collect::<Result<Vec<_>, _>>()?;
+                RequestPlan::FirstAvailable(specs)
+            }
+            _ => {
+                return Err(fail(format!(
+                    "request {}: needs exactly one of exactly or firstAvailable",
+                    request.name
+                )));
+            }
+        };
+        min_devices += plan
+            .alternatives()
+            .iter()
+            .map(|s| match s.mode {
+                Mode::ExactCount(n) => n,
+                Mode::All => 0,
+            })
+            .min()
+            .unwrap_or(0);
+        requests.push(plan);
+    }
+    if min_devices > ALLOCATION_RESULTS_MAX_SIZE {
+        return Err(fail(format!(
+            "number of requested devices {min_devices} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
+        )));
+    }
+    let constraints = devices
+        .and_then(|d| d.constraints.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| {
+            let (attribute, distinct) = match (&c.match_attribute, &c.distinct_attribute) {
+                (Some(a), None) => (a.clone(), false),
+                (None, Some(a)) => (a.clone(), true),
+                _ => {
+                    return Err(fail(format!(
+                        "constraint #{i}: needs exactly one of matchAttribute or distinctAttribute"
+                    )));
+                }
+            };
+            if !attribute.contains('/') {
+                return Err(fail(format!(
+                    "constraint #{i}: attribute {attribute} must be fully qualified (domain/name)"
+                )));
+            }
+            Ok(ConstraintSpec {
+                attribute,
+                distinct,
+                requests: c.requests.clone().unwrap_or_default(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ClaimPlan {
+        label,
+        requests,
+        constraints,
+    })
+}
+
+struct Builder<'a> {
+    label: &'a str,
+    classes: &'a HashMap<String, (Arc<DeviceClass>, Vec<Arc<Selector>>)>,
+    features: &'a Features,
+}
+
+/// The fields shared by exact requests and subrequests.
+struct Fields<'a> {
+    name: String,
+    parent: Option<String>,
+    class: &'a str,
+    mode: Option<&'a str>,
+    count: Option<i64>,
+    admin_access: Option<bool>,
+    selectors: &'a [DeviceSelector],
+    tolerations: &'a [DeviceToleration],
+    capacity: Option<&'a BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+}
+
+impl Builder<'_> {
+    fn exact(
+        &self,
+        name: &str,
+        r: &ExactDeviceRequest,
+        cache: &mut SelectorCache,
+    ) -> Result<RequestSpec, InputError> {
+        self.build(
+            Fields {
+                name: name.to_owned(),
+                parent: None,
+                class: &r.device_class_name,
+                mode: r.allocation_mode.as_deref(),
+                count: r.count,
+                admin_access: r.admin_access,
+                selectors: r.selectors.as_deref().unwrap_or_default(),
+                tolerations: r.tolerations.as_deref().unwrap_or_default(),
+                capacity: r.capacity.as_ref().and_then(|c| c.requests.as_ref()),
+            },
+            cache,
+        )
+    }
+
+    fn sub(
+        &self,
+        parent: &str,
+        r: &DeviceSubRequest,
+        cache: &mut SelectorCache,
+    ) -> Result<RequestSpec, InputError> {
+        self.build(
+            Fields {
+                name: r.name.clone(),
+                parent: Some(parent.to_owned()),
+                class: &r.device_class_name,
+                mode: r.allocation_mode.as_deref(),
+                count: r.count,
+                admin_access: None,
+                selectors: r.selectors.as_deref().unwrap_or_default(),
+                tolerations: r.tolerations.as_deref().unwrap_or_default(),
+                capacity: r.capacity.as_ref().and_then(|c| c.requests.as_ref()),
+            },
+            cache,
+        )
+    }
+
+    fn build(&self, f: Fields<'_>, cache: &mut SelectorCache) -> Result<RequestSpec, InputError> {
+        let full = f
+            .parent
+            .as_ref()
+            .map_or(f.name.clone(), |p| format!("{p}/{}", f.name));
+        let fail = |reason: String| InputError::Claim {
+            claim: self.label.to_owned(),
+            reason: format!("request {full}: {reason}"),
+        };
+        if f.admin_access.is_some() && !self.features.admin_access {
+            return Err(fail(
+                "admin access is requested, but the DRAAdminAccess feature is disabled".into(),
+            ));
+        }
+        if f.capacity.is_some() && !self.features.consumable_capacity {
+            return Err(fail(
+                "has capacity requests, but the DRAConsumableCapacity feature is disabled".into(),
+            ));
+        }
+        if f.class.is_empty() {
+            return Err(fail("missing device class name".into()));
+        }
+        let (class, class_selectors) =
+            self.classes
+                .get(f.class)
+                .ok_or_else(|| InputError::UnknownClass {
+                    claim: self.label.to_owned(),
+                    request: full.clone(),
+                    class: f.class.to_owned(),
+                })?;
+        let mode = match (f.mode.unwrap_or("ExactCount"), f.count.unwrap_or(1)) {
+            ("ExactCount", n) if (1..=ALLOCATION_RESULTS_MAX_SIZE as i64).contains(&n) => {
+                Mode::ExactCount(n as usize)
+            }
+            ("ExactCount", n) => {
+                return Err(fail(format!(
+                    "count {n} is out of range 1..={ALLOCATION_RESULTS_MAX_SIZE}"
+                )));
+            }
+            ("All", _) => Mode::All,
+            (other, _) => return Err(fail(format!("unsupported allocation mode {other}"))),
+        };
+        let capacity = f
+            .capacity
+            .into_iter()
+            .flatten()
+            .map(|(name, q)| Ok((name.clone(), parse_quantity(&q.0)?)))
+            .collect::<Result<BTreeMap<_, _>, String>>()
+            .map_err(&fail)?;
+        let owner = format!("claim {}, request {full}", self.label);
+        Ok(RequestSpec {
+            selectors: cache.compile_all(f.selectors, &owner)?,
+            name: f.name,
+            parent: f.parent,
+            class: Arc::clone(class),
+            class_selectors: class_selectors.clone(),
+            mode,
+            admin_access: f.admin_access.unwrap_or(false),
+            tolerations: f.tolerations.to_vec(),
+            capacity,
+        })
+    }
+}
