@@ -56,3 +56,30 @@ pub fn device_classes_yaml(driver: &str) -> Result<String, serde_yaml::Error> {
 pub fn class_yaml(class: &DeviceClass) -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(class)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_select_by_driver_type_and_sharing() {
+        let sel = class_selectors("ainic.amd.com");
+        assert_eq!(
+            sel.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            ["ainic-pf", "ainic-vf", "ainic-shared"]
+        );
+        for (_, expr) in &sel {
+            assert!(expr.contains("device.driver == \"ainic.amd.com\""));
+        }
+        assert!(sel[0].1.contains(".type == \"pf\"") && sel[0].1.contains("!device.attributes"));
+        assert!(sel[1].1.contains(".type == \"vf\""));
+        assert!(sel[2].1.contains(".type == \"pf\"") && !sel[2].1.contains('!'));
+    }
+
+    #[test]
+    fn yaml_has_api_version_and_kind() {
+        let y = device_classes_yaml("ainic.amd.com").unwrap();
+        assert_eq!(y.matches("apiVersion: resource.k8s.io/v1").count(), 3);
+        assert_eq!(y.matches("kind: DeviceClass").count(), 3);
+    }
+}

@@ -1,1 +1,0 @@
-//! Allocation behaviour tests.
