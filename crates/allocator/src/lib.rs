@@ -158,6 +158,3 @@ impl Allocator {
         self.index.all_slices().iter().flat_map(|s| &s.devices)
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,0 +1,202 @@
+//! Which slices a node sees: nodeName, nodeSelector against Node labels,
+//! allNodes, per-device selection; pool generations, incomplete and
+//! invalid pools — after upstream's `GatherPools`.
+
+mod common;
+
+use allocator::{Features, NodeFacts};
+use common::*;
+use serde_json::json;
+
+fn labelled(name: &str, rack: &str) -> NodeFacts {
+    let mut node = NodeFacts::named(name);
+    node.labels.insert("rack".into(), rack.into());
+    node
+}
+
+fn one(class: &str) -> k8s_openapi::api::resource::v1::ResourceClaim {
+    claim("c", json!([exactly("d", class, 1)]), json!([]))
+}
+
+#[test]
+fn other_nodes_slices_are_not_used() {
+    let slices = [slice(
+        "n2-s",
+        "n2",
+        "d.example.com",
+        json!([device("other", json!({}))]),
+    )];
+    let err = failure(allocate(
+        &slices,
+        &[class("d", "d.example.com")],
+        &[],
+        "n1",
+        &[one("d")],
+    ));
+    assert!(err.contains("0 devices match class d"), "{err}");
+}
+
+#[test]
+fn node_selector_slices_match_node_labels_and_carry_into_the_result() {
+    let selector = json!({ "nodeSelector": { "nodeSelectorTerms": [{ "matchExpressions": [{ "key": "rack", "operator": "In", "values": ["r1"] }] }] } });
+    let slices = [slice_with(
+        "fabric",
+        "fabric.example.com",
+        "fabric",
+        selector,
+        json!([device("partition-0", json!({}))]),
+    )];
+    let classes = [class("f", "fabric.example.com")];
+    let out = allocate_with(
+        Features::default(),
+        &slices,
+        &classes,
+        &[],
+        &labelled("n1", "r1"),
+        &[one("f")],
+    )
+    .unwrap();
+    let term = &out[0].node_selector.as_ref().unwrap().node_selector_terms[0];
+    assert_eq!(term.match_expressions.as_ref().unwrap()[0].key, "rack");
+    failure(allocate_with(
+        Features::default(),
+        &slices,
+        &classes,
+        &[],
+        &labelled("n1", "r2"),
+        &[one("f")],
+    ));
+}
+
+#[test]
+fn all_nodes_slices_give_results_without_node_selector() {
+    let slices = [slice_with(
+        "net",
+        "net.example.com",
+        "global",
+        json!({ "allNodes": true }),
+        json!([device("vlan-7", json!({}))]),
+    )];
+    let out = allocate(
+        &slices,
+        &[class("n", "net.example.com")],
+        &[],
+        "anywhere",
+        &[one("n")],
+    )
+    .unwrap();
+    assert_eq!(names(&out[0]), ["vlan-7"]);
+    assert!(out[0].node_selector.is_none());
+}
+
+#[test]
+fn only_the_newest_generation_of_a_pool_is_used() {
+    let mut old = slice(
+        "old",
+        "n1",
+        "d.example.com",
+        json!([device("old-dev", json!({}))]),
+    );
+    let mut new = slice(
+        "new",
+        "n1",
+        "d.example.com",
+        json!([device("new-dev", json!({}))]),
+    );
+    old.spec.pool.generation = 1;
+    new.spec.pool.generation = 2;
+    let out = allocate(
+        &[old, new],
+        &[class("d", "d.example.com")],
+        &[],
+        "n1",
+        &[one("d")],
+    )
+    .unwrap();
+    assert_eq!(names(&out[0]), ["new-dev"]);
+}
+
+#[test]
+fn incomplete_pools_are_not_allocated_from_and_block_all_mode() {
+    let mut s = slice(
+        "part-1",
+        "n1",
+        "d.example.com",
+        json!([device("d0", json!({}))]),
+    );
+    s.spec.pool.resource_slice_count = 2;
+    let classes = [class("d", "d.example.com")];
+    let err = failure(allocate(
+        std::slice::from_ref(&s),
+        &classes,
+        &[],
+        "n1",
+        &[one("d")],
+    ));
+    assert!(err.contains("incomplete"), "{err}");
+    let all = claim(
+        "c",
+        json!([{ "name": "d", "exactly": { "deviceClassName": "d", "allocationMode": "All" } }]),
+        json!([]),
+    );
+    let err = failure(allocate(&[s], &classes, &[], "n1", &[all]));
+    assert!(err.contains("being updated"), "{err}");
+}
+
+#[test]
+fn pools_with_duplicate_device_names_are_invalid() {
+    let a = slice(
+        "a",
+        "n1",
+        "d.example.com",
+        json!([device("same", json!({}))]),
+    );
+    let mut b = slice(
+        "b",
+        "n1",
+        "d.example.com",
+        json!([device("same", json!({}))]),
+    );
+    let mut a2 = a.clone();
+    a2.spec.pool.resource_slice_count = 2;
+    b.spec.pool.resource_slice_count = 2;
+    let err = failure(allocate(
+        &[a2, b],
+        &[class("d", "d.example.com")],
+        &[],
+        "n1",
+        &[one("d")],
+    ));
+    assert!(err.contains("duplicate device name same"), "{err}");
+}
+
+#[test]
+fn per_device_node_selection_needs_partitionable_devices() {
+    let devices = json!([
+        { "name": "far", "nodeName": "n2" },
+        { "name": "near", "nodeName": "n1" },
+        { "name": "everywhere", "allNodes": true }
+    ]);
+    let slices = [slice_with(
+        "pd",
+        "d.example.com",
+        "pd",
+        json!({ "perDeviceNodeSelection": true }),
+        devices,
+    )];
+    let classes = [class("d", "d.example.com")];
+    let mut gates = Features::default();
+    gates.set("DRAPartitionableDevices", true);
+    let two = claim("c", json!([exactly("d", "d", 2)]), json!([]));
+    let out = allocate_with(
+        gates,
+        &slices,
+        &classes,
+        &[],
+        &NodeFacts::named("n1"),
+        &[two.clone()],
+    )
+    .unwrap();
+    assert_eq!(names(&out[0]), ["near", "everywhere"]);
+    failure(allocate(&slices, &classes, &[], "n1", &[one("d")]));
+}
