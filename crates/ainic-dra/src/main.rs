@@ -2,6 +2,7 @@
 //! DRA driver. Each subcommand lives in its own file under `cli/`.
 
 mod cli;
+mod node;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ enum Command {
     Topo(cli::topo::TopoArgs),
     /// List the AINIC functions and GPUs found in a sysfs tree, with all their facts.
     Discover(cli::discover::DiscoverArgs),
+    /// Run the node agent: kubelet DRA plugin, ResourceSlice publisher, classic device plugin.
+    Node(cli::node::NodeArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Topo(args) => cli::topo::run(args),
         Command::Discover(args) => cli::discover::run(args),
+        Command::Node(args) => cli::node::run(args),
     };
     cli::exit_code(result)
 }

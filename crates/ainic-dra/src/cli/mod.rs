@@ -2,6 +2,7 @@
 //! logging set-up, exit codes, and where a sysfs tree comes from.
 
 pub mod discover;
+pub mod node;
 pub mod topo;
 
 use std::path::{Path, PathBuf};

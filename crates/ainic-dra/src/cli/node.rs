@@ -1,0 +1,136 @@
+//! `ainic-dra node`: the node agent (DaemonSet). Serves the kubelet DRA
+//! plugin, publishes this node's ResourceSlices and, with
+//! `--device-plugin`, the classic device plugin; runs until SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::slices::ModelArgs;
+use crate::node::http::metrics::Metrics;
+use crate::node::plugin::claims::KubeClaims;
+use crate::node::plugin::resolve::Scope;
+use crate::node::{self, NodeConfig};
+
+/// Flags of `ainic-dra node`.
+#[derive(Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// This node's name (pool name of its devices).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: String,
+
+    /// Root of sysfs.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+
+    /// Root of the host's device nodes (`/dev`).
+    #[arg(long, value_name = "DIR", default_value = "/dev")]
+    pub dev_root: PathBuf,
+
+    /// Kubeconfig file; default: in-cluster config, then `$KUBECONFIG`/`~/.kube/config`.
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Directory of the plugin's DRA socket (`dra.sock`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/lib/kubelet/plugins/ainic.amd.com"
+    )]
+    pub plugin_dir: PathBuf,
+
+    /// The kubelet's plugin registry directory (`<driver>-reg.sock` goes here).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/lib/kubelet/plugins_registry"
+    )]
+    pub registry_dir: PathBuf,
+
+    /// Where transient CDI specs of prepared claims are written.
+    #[arg(long, value_name = "DIR", default_value = "/var/run/cdi")]
+    pub cdi_dir: PathBuf,
+
+    /// Where the checkpoint of prepared claims is kept (must survive restarts).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/ainic-dra")]
+    pub state_dir: PathBuf,
+
+    /// Address for `/healthz`, `/readyz` and `/metrics`; empty to disable.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_http_addr)]
+    pub http_addr: Option<SocketAddr>,
+
+    /// Seconds between re-reads of sysfs (health, inventory changes).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    pub refresh_interval: u64,
+
+    /// Flags that shape the published devices.
+    #[command(flatten)]
+    pub model: ModelArgs,
+}
+
+fn parse_http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|e| format!("invalid address {s:?}: {e}"))
+}
+
+impl NodeArgs {
+    fn config(&self) -> NodeConfig {
+        NodeConfig {
+            scope: Scope {
+                driver: self.model.driver_name.clone(),
+                pool: self.node_name.clone(),
+            },
+            sysfs_root: self.sysfs_root.clone(),
+            dev_root: self.dev_root.clone(),
+            plugin_dir: self.plugin_dir.clone(),
+            registry_dir: self.registry_dir.clone(),
+            cdi_dir: self.cdi_dir.clone(),
+            state_dir: self.state_dir.clone(),
+            http_addr: self.http_addr,
+            refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
+        }
+    }
+}
+
+/// Builds a `kube::Client` from `--kubeconfig` or the environment.
+pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("failed to read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig given and no in-cluster or default kubeconfig found")?,
+    };
+    kube::Client::try_from(config).context("failed to build the Kubernetes client")
+}
+
+/// Runs the agent until SIGTERM/SIGINT.
+pub fn run(args: NodeArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    runtime.block_on(async move {
+        let client = kube_client(args.kubeconfig.as_ref()).await?;
+        let metrics = Arc::new(Metrics::default());
+        let claims = Arc::new(KubeClaims::new(client.clone()));
+        let _started = node::start(args.config(), claims, metrics).await?;
+        node::shutdown_signal().await;
+        tracing::info!("shutting down");
+        Ok(())
+    })
+}

@@ -1,0 +1,184 @@
+use super::*;
+use crate::node::fixtures;
+
+fn attached(i: u8, bus: u8) -> AttachedDevice {
+    AttachedDevice {
+        device: format!("pf-0000-{bus:02x}-00-0"),
+        nic: fixtures::pf(i, bus),
+        umad: false,
+        issm: false,
+        share: None,
+    }
+}
+
+fn parsed(spec: &ClaimSpec) -> Value {
+    serde_json::from_str(&spec.content).unwrap()
+}
+
+const UID: &str = "7a1e9c2b-0000-4000-8000-000000000001";
+
+#[test]
+fn one_nic_gets_verbs_rdma_cm_and_nccl_env_at_the_lowest_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = build(
+        UID,
+        &[attached(0, 0x0c)],
+        Some(&fixtures::inventory().rdma_cm.unwrap()),
+        dir.path(),
+    )
+    .unwrap();
+    assert_eq!(spec.file_name, format!("ainic.amd.com-{UID}.json"));
+    assert_eq!(
+        spec.device_ids,
+        vec![format!("amd.com/ainic={UID}-pf-0000-0c-00-0")]
+    );
+    let v = parsed(&spec);
+    // A device name starting with a digit needs 0.5.0; nothing here needs more.
+    assert_eq!(v["cdiVersion"], "0.5.0");
+    assert_eq!(v["kind"], "amd.com/ainic");
+    let nodes = &v["devices"][0]["containerEdits"]["deviceNodes"];
+    assert_eq!(
+        nodes.as_array().unwrap().len(),
+        1,
+        "umad/issm only when asked"
+    );
+    assert_eq!(nodes[0]["path"], "/dev/infiniband/uverbs0");
+    assert_eq!(nodes[0]["major"], 231);
+    assert!(
+        nodes[0].get("hostPath").is_none(),
+        "no host node under this dev root"
+    );
+    let env: Vec<&str> = v["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(env.contains(&"NCCL_IB_HCA==ionic_0"), "{env:?}");
+    assert!(env.contains(&"AINIC_NETDEVS=eth0"), "{env:?}");
+    assert!(env.contains(&"AINIC_PCI_ADDRESSES=0000:0c:00.0"), "{env:?}");
+    assert_eq!(
+        v["containerEdits"]["deviceNodes"][0]["path"],
+        "/dev/infiniband/rdma_cm"
+    );
+}
+
+#[test]
+fn host_path_is_set_when_the_node_exists_under_dev_root() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("infiniband")).unwrap();
+    std::fs::write(dir.path().join("infiniband/uverbs0"), b"").unwrap();
+    let spec = build("abc", &[attached(0, 0x0c)], None, dir.path()).unwrap();
+    let v = parsed(&spec);
+    let host = dir.path().join("infiniband/uverbs0").display().to_string();
+    assert_eq!(
+        v["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"],
+        host.as_str()
+    );
+    assert_eq!(
+        v["cdiVersion"], "0.5.0",
+        "hostPath on a device node needs 0.5.0"
+    );
+}
+
+#[test]
+fn a_letter_first_name_without_host_paths_stays_at_0_3_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = build("claim-a", &[attached(0, 0x0c)], None, dir.path()).unwrap();
+    assert_eq!(parsed(&spec)["cdiVersion"], "0.3.0");
+}
+
+#[test]
+fn umad_and_issm_when_asked_and_all_nics_in_the_env() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = attached(0, 0x0c);
+    a.umad = true;
+    a.issm = true;
+    let spec = build("abc", &[a, attached(1, 0x0d)], None, dir.path()).unwrap();
+    let v = parsed(&spec);
+    let paths: Vec<&str> = v["devices"][0]["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/dev/infiniband/uverbs0",
+            "/dev/infiniband/umad0",
+            "/dev/infiniband/issm0"
+        ]
+    );
+    assert_eq!(
+        v["devices"][1]["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let env = v["containerEdits"]["env"].to_string();
+    assert!(env.contains("NCCL_IB_HCA==ionic_0,ionic_1"), "{env}");
+}
+
+#[test]
+fn shares_of_one_nic_are_distinct_devices_with_their_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let share = |id: &str, bw: &str| {
+        let mut d = attached(0, 0x0c);
+        d.share = Some(Share {
+            id: id.into(),
+            consumed: BTreeMap::from([("bandwidth".to_string(), bw.to_string())]),
+        });
+        d
+    };
+    let spec = build(
+        "abc",
+        &[share("s1", "100G"), share("s2", "50G")],
+        None,
+        dir.path(),
+    )
+    .unwrap();
+    assert_eq!(
+        spec.device_ids,
+        [
+            "amd.com/ainic=abc-pf-0000-0c-00-0-s1",
+            "amd.com/ainic=abc-pf-0000-0c-00-0-s2"
+        ]
+    );
+    let v = parsed(&spec);
+    let env = v["devices"][1]["containerEdits"]["env"].to_string();
+    assert!(
+        env.contains("AINIC_SHARE_ID=s2") && env.contains("AINIC_CONSUMED_BANDWIDTH=50G"),
+        "{env}"
+    );
+}
+
+#[test]
+fn a_nic_without_rdma_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = attached(0, 0x0c);
+    d.nic.rdma.clear();
+    let err = build("abc", &[d], None, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pf-0000-0c-00-0") && err.contains("0000:0c:00.0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_invalid_name_is_caught_by_validation_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = build("bad uid!", &[attached(0, 0x0c)], None, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invalid"), "{err}");
+}
+
+#[test]
+fn file_names_map_back_to_claims() {
+    assert_eq!(claim_of_file(&file_name("u-1")), Some("u-1"));
+    assert_eq!(claim_of_file("other.json"), None);
+}

@@ -1,0 +1,229 @@
+//! The node agent's checkpoint: which claims are prepared, with the devices
+//! handed to the kubelet and the CDI spec written for each, so that
+//! unprepare works from the checkpoint alone and a restart can restore or
+//! clean the CDI directory.
+//!
+//! On disk: one header line `ainic-dra-checkpoint v<VERSION> fnv1a64=<hex>`
+//! followed by the JSON body; the checksum covers the body bytes exactly.
+//! Written with temp file + fsync + rename + directory fsync, so a reader
+//! (or a process killed at any point) sees the old or the new file, whole.
+
+pub mod reconcile;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Format version written in the header.
+pub const VERSION: u32 = 1;
+/// File name inside `--state-dir`.
+pub const FILE_NAME: &str = "checkpoint.json";
+const MAGIC: &str = "ainic-dra-checkpoint";
+
+/// Every prepared claim, by claim UID.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Prepared claims, by UID.
+    pub claims: BTreeMap<String, PreparedClaim>,
+}
+
+/// A claim whose CDI spec is written and whose result the kubelet got.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedClaim {
+    /// Namespace of the claim.
+    pub namespace: String,
+    /// Name of the claim.
+    pub name: String,
+    /// The prepared devices, in allocation-result order.
+    pub devices: Vec<PreparedDevice>,
+    /// File name of the claim's CDI spec in the CDI directory.
+    pub cdi_file: String,
+    /// The spec's exact content, to rewrite it if it went missing.
+    pub cdi_spec: String,
+}
+
+/// One prepared device as reported to the kubelet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedDevice {
+    /// Requests of the claim this device satisfies.
+    pub requests: Vec<String>,
+    /// Pool of the device (the node name).
+    pub pool: String,
+    /// DRA device name.
+    pub device: String,
+    /// Share of a multi-allocation device, when consumable capacity is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
+    /// Fully qualified CDI device IDs (`amd.com/ainic=<name>`).
+    pub cdi_ids: Vec<String>,
+}
+
+/// A checkpoint file that could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// Reading or writing the file failed.
+    #[error("failed to {action} checkpoint {path}: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        source: std::io::Error,
+    },
+    /// The file is not a checkpoint of a version this binary knows.
+    #[error("checkpoint {path} is corrupt: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// FNV-1a, 64 bit: a cheap checksum that catches truncation and bit rot.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Serialises `checkpoint` with its header.
+pub fn encode(checkpoint: &Checkpoint) -> Vec<u8> {
+    let body = serde_json::to_vec(checkpoint).expect("checkpoint serialises");
+    let mut out = format!("{MAGIC} v{VERSION} fnv1a64={:016x}\n", fnv1a64(&body)).into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Parses a checkpoint file's bytes, checking header, version and checksum.
+pub fn decode(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointError> {
+    let corrupt = |reason: String| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let split = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| corrupt("no header line".into()))?;
+    let header =
+        std::str::from_utf8(&bytes[..split]).map_err(|_| corrupt("header is not text".into()))?;
+    let body = &bytes[split + 1..];
+    let mut words = header.split(' ');
+    if words.next() != Some(MAGIC) {
+        return Err(corrupt(format!("unknown header {header:?}")));
+    }
+    let version = words.next().unwrap_or_default();
+    if version != format!("v{VERSION}") {
+        return Err(corrupt(format!("unsupported version {version:?}")));
+    }
+    let sum = words
+        .next()
+        .and_then(|w| w.strip_prefix("fnv1a64="))
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .ok_or_else(|| corrupt("no checksum in header".into()))?;
+    if sum != fnv1a64(body) {
+        return Err(corrupt("checksum mismatch".into()));
+    }
+    serde_json::from_slice(body).map_err(|e| corrupt(format!("invalid body: {e}")))
+}
+
+/// Reads the checkpoint at `path`; a missing file is an empty checkpoint.
+pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
+    match fs::read(path) {
+        Ok(bytes) => decode(&bytes, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Checkpoint::default()),
+        Err(source) => Err(CheckpointError::Io {
+            action: "read",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Writes `bytes` to `path` atomically and durably: a temp file in the same
+/// directory, fsync, rename over `path`, fsync of the directory.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
+    let io = |action, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| CheckpointError::Io {
+            action,
+            path: p,
+            source,
+        }
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = path.with_extension("tmp");
+    let mut file = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    file.write_all(bytes).map_err(io("write", &tmp))?;
+    file.sync_all().map_err(io("fsync", &tmp))?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(io("rename", path))?;
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync directory of", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Checkpoint {
+        let mut c = Checkpoint::default();
+        c.claims.insert(
+            "uid-1".into(),
+            PreparedClaim {
+                namespace: "ns".into(),
+                name: "claim".into(),
+                devices: vec![PreparedDevice {
+                    requests: vec!["nic".into()],
+                    pool: "node-a".into(),
+                    device: "pf-0000-0c-00-0".into(),
+                    share_id: None,
+                    cdi_ids: vec!["amd.com/ainic=uid-1-pf-0000-0c-00-0".into()],
+                }],
+                cdi_file: "ainic.amd.com-uid-1.json".into(),
+                cdi_spec: "{}".into(),
+            },
+        );
+        c
+    }
+
+    #[test]
+    fn round_trips_through_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        assert_eq!(load(&path).unwrap(), Checkpoint::default());
+        write_durably(&path, &encode(&sample())).unwrap();
+        assert_eq!(load(&path).unwrap(), sample());
+        assert!(!path.with_extension("tmp").exists());
+    }
+
+    #[test]
+    fn a_flipped_byte_is_detected() {
+        let mut bytes = encode(&sample());
+        let last = bytes.len() - 3;
+        bytes[last] ^= 0x01;
+        let err = decode(&bytes, Path::new("cp")).unwrap_err().to_string();
+        assert!(err.contains("checksum mismatch"), "{err}");
+    }
+
+    #[test]
+    fn truncation_and_foreign_versions_are_rejected() {
+        let bytes = encode(&sample());
+        assert!(decode(&bytes[..bytes.len() / 2], Path::new("cp")).is_err());
+        let text = String::from_utf8(bytes)
+            .unwrap()
+            .replacen(" v1 ", " v9 ", 1);
+        let err = decode(text.as_bytes(), Path::new("cp"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unsupported version \"v9\""), "{err}");
+    }
+}

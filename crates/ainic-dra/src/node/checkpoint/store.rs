@@ -1,0 +1,200 @@
+//! The live checkpoint: the in-memory copy every request reads, and durable
+//! writes with group commit, so that many claims prepared at once share a
+//! few fsyncs instead of one each.
+//!
+//! A change is visible in memory at once and reported done only after a
+//! file containing it is on disk. If the write fails the change is undone
+//! in memory, so memory never claims more than the disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::{Checkpoint, CheckpointError, FILE_NAME, PreparedClaim, encode, load, write_durably};
+
+/// The checkpoint of one node agent.
+#[derive(Debug)]
+pub struct CheckpointStore {
+    path: PathBuf,
+    state: Mutex<Versioned>,
+    /// Generation last written to disk; held while writing.
+    written: tokio::sync::Mutex<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Versioned {
+    checkpoint: Checkpoint,
+    generation: u64,
+}
+
+impl CheckpointStore {
+    /// Opens (and creates) `state_dir` and loads its checkpoint.
+    pub fn open(state_dir: &Path) -> Result<Self, CheckpointError> {
+        std::fs::create_dir_all(state_dir).map_err(|source| CheckpointError::Io {
+            action: "create directory of",
+            path: state_dir.to_path_buf(),
+            source,
+        })?;
+        let path = state_dir.join(FILE_NAME);
+        let checkpoint = load(&path)?;
+        Ok(Self {
+            path,
+            state: Mutex::new(Versioned {
+                checkpoint,
+                generation: 0,
+            }),
+            written: tokio::sync::Mutex::new(0),
+        })
+    }
+
+    /// Path of the checkpoint file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Versioned> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The prepared claim with this UID, if any.
+    pub fn get(&self, uid: &str) -> Option<PreparedClaim> {
+        self.lock().checkpoint.claims.get(uid).cloned()
+    }
+
+    /// A copy of the whole checkpoint.
+    pub fn snapshot(&self) -> Checkpoint {
+        self.lock().checkpoint.clone()
+    }
+
+    /// Records `claim` as prepared and waits until that is on disk.
+    pub async fn insert(&self, uid: &str, claim: PreparedClaim) -> Result<(), CheckpointError> {
+        let generation = self.mutate(|c| {
+            c.claims.insert(uid.to_string(), claim);
+        });
+        let result = self.persist(generation).await;
+        if result.is_err() {
+            self.mutate(|c| {
+                c.claims.remove(uid);
+            });
+        }
+        result
+    }
+
+    /// Forgets the claim and waits until that is on disk; returns what was
+    /// recorded.
+    pub async fn remove(&self, uid: &str) -> Result<Option<PreparedClaim>, CheckpointError> {
+        let mut removed = None;
+        let generation = self.mutate(|c| removed = c.claims.remove(uid));
+        if removed.is_none() {
+            return Ok(None);
+        }
+        if let Err(e) = self.persist(generation).await {
+            let claim = removed.clone().expect("checked above");
+            self.mutate(|c| {
+                c.claims.insert(uid.to_string(), claim);
+            });
+            return Err(e);
+        }
+        Ok(removed)
+    }
+
+    /// Replaces the whole checkpoint (used by start-up reconciliation).
+    pub async fn replace(&self, checkpoint: Checkpoint) -> Result<(), CheckpointError> {
+        let generation = self.mutate(|c| *c = checkpoint);
+        self.persist(generation).await
+    }
+
+    fn mutate(&self, change: impl FnOnce(&mut Checkpoint)) -> u64 {
+        let mut state = self.lock();
+        change(&mut state.checkpoint);
+        state.generation += 1;
+        state.generation
+    }
+
+    /// Makes sure a file with generation `generation` or later is on disk.
+    /// Whoever holds the writer lock writes the newest state, which covers
+    /// every change made before it, so waiting writers often find their
+    /// change already written.
+    async fn persist(&self, generation: u64) -> Result<(), CheckpointError> {
+        let mut written = self.written.lock().await;
+        if *written >= generation {
+            return Ok(());
+        }
+        let (bytes, newest) = {
+            let state = self.lock();
+            (encode(&state.checkpoint), state.generation)
+        };
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || write_durably(&path, &bytes))
+            .await
+            .expect("checkpoint writer does not panic")?;
+        *written = newest;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::checkpoint::PreparedDevice;
+    use std::sync::Arc;
+
+    fn claim(name: &str) -> PreparedClaim {
+        PreparedClaim {
+            namespace: "ns".into(),
+            name: name.into(),
+            devices: vec![PreparedDevice {
+                requests: vec!["nic".into()],
+                pool: "node-a".into(),
+                device: "pf-0000-0c-00-0".into(),
+                share_id: None,
+                cdi_ids: vec![format!("amd.com/ainic={name}")],
+            }],
+            cdi_file: format!("{name}.json"),
+            cdi_spec: "{}".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn changes_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path()).unwrap();
+        store.insert("a", claim("a")).await.unwrap();
+        store.insert("b", claim("b")).await.unwrap();
+        assert_eq!(store.remove("a").await.unwrap(), Some(claim("a")));
+        assert_eq!(store.remove("a").await.unwrap(), None);
+        let reopened = CheckpointStore::open(dir.path()).unwrap();
+        assert_eq!(reopened.get("b"), Some(claim("b")));
+        assert_eq!(reopened.snapshot().claims.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn concurrent_inserts_are_all_on_disk_when_they_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(CheckpointStore::open(dir.path()).unwrap());
+        let tasks: Vec<_> = (0..50)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store
+                        .insert(&format!("c{i}"), claim(&format!("c{i}")))
+                        .await
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let on_disk = load(store.path()).unwrap();
+        assert_eq!(on_disk.claims.len(), 50);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_leaves_memory_as_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CheckpointStore::open(dir.path()).unwrap();
+        // A directory where the temp file must go makes the write fail.
+        std::fs::create_dir(store.path().with_extension("tmp")).unwrap();
+        assert!(store.insert("a", claim("a")).await.is_err());
+        assert_eq!(store.get("a"), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! Device health: HEALTHY / UNHEALTHY / UNKNOWN per published device from
+//! link and RDMA-port state, served to the kubelet as the
+//! `DRAResourceHealth.NodeWatchResources` stream (the full device list
+//! first, then again after every inventory refresh).
+//!
+//! Rules (the same facts the slice builder turns into the `unhealthy`
+//! taint): a netdev whose `operstate` is down, or an RDMA port whose state
+//! is not ACTIVE, makes the function UNHEALTHY; a VF with neither netdev nor
+//! RDMA device follows its PF; a function with no state at all is UNKNOWN.
+
+pub mod refresh;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use kubelet_api::dra_health::v1alpha1 as api;
+use tokio::sync::watch;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::WatchStream;
+use topology::{FunctionKind, Inventory, NicFunction};
+
+/// The health of one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceState {
+    /// DRA device name.
+    pub device: String,
+    /// Its health.
+    pub health: api::HealthStatus,
+    /// Why, for humans.
+    pub message: String,
+}
+
+/// One health report: every device, and when it was computed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealthReport {
+    /// Devices in inventory order.
+    pub devices: Vec<DeviceState>,
+    /// Unix seconds of the refresh that produced it.
+    pub updated_at: i64,
+}
+
+impl HealthReport {
+    /// Counts per state: `healthy`, `unhealthy`, `unknown`.
+    pub fn counts(&self) -> [(&'static str, usize); 3] {
+        let count = |h| self.devices.iter().filter(|d| d.health == h).count();
+        [
+            ("healthy", count(api::HealthStatus::Healthy)),
+            ("unhealthy", count(api::HealthStatus::Unhealthy)),
+            ("unknown", count(api::HealthStatus::Unknown)),
+        ]
+    }
+}
+
+/// The health of every NIC function of `inventory`.
+pub fn assess(inventory: &Inventory, updated_at: i64) -> HealthReport {
+    let devices = inventory
+        .nics
+        .iter()
+        .map(|nic| {
+            let (health, message) = state_of(nic, inventory);
+            DeviceState {
+                device: dra_model::names::device_name(nic),
+                health,
+                message,
+            }
+        })
+        .collect();
+    HealthReport {
+        devices,
+        updated_at,
+    }
+}
+
+fn state_of(nic: &NicFunction, inventory: &Inventory) -> (api::HealthStatus, String) {
+    if let Some(n) = nic.netdevs.iter().find(|n| {
+        matches!(
+            n.operstate.as_deref(),
+            Some("down" | "lowerlayerdown" | "notpresent")
+        )
+    }) {
+        return (
+            api::HealthStatus::Unhealthy,
+            format!("link of {} is down", n.name),
+        );
+    }
+    for rdma in &nic.rdma {
+        if let Some(p) = rdma.ports.iter().find(|p| {
+            p.state
+                .as_deref()
+                .is_some_and(|s| !s.eq_ignore_ascii_case("ACTIVE"))
+        }) {
+            let state = p.state.as_deref().unwrap_or_default();
+            let message = format!("RDMA port {}/{} is {state}", rdma.name, p.number);
+            return (api::HealthStatus::Unhealthy, message);
+        }
+    }
+    if let FunctionKind::Vf { physfn, .. } = nic.kind
+        && nic.netdevs.is_empty()
+        && nic.rdma.is_empty()
+        && let Some(pf) = inventory.nic(physfn)
+    {
+        let (health, message) = state_of(pf, inventory);
+        return (health, format!("follows PF {physfn}: {message}"));
+    }
+    let known = nic.netdevs.iter().any(|n| n.operstate.is_some())
+        || nic
+            .rdma
+            .iter()
+            .flat_map(|r| &r.ports)
+            .any(|p| p.state.is_some());
+    if known {
+        (
+            api::HealthStatus::Healthy,
+            "link and RDMA ports up".to_string(),
+        )
+    } else {
+        (
+            api::HealthStatus::Unknown,
+            "no link or port state".to_string(),
+        )
+    }
+}
+
+/// The `DRAResourceHealth` service.
+pub struct HealthService {
+    pool: String,
+    reports: watch::Receiver<Arc<HealthReport>>,
+    timeout_seconds: i64,
+}
+
+impl HealthService {
+    /// Streams `reports` for devices of `pool`; the kubelet may treat a
+    /// device as UNKNOWN after `timeout_seconds` without a report.
+    pub fn new(
+        pool: &str,
+        reports: watch::Receiver<Arc<HealthReport>>,
+        timeout_seconds: i64,
+    ) -> Self {
+        Self {
+            pool: pool.to_string(),
+            reports,
+            timeout_seconds,
+        }
+    }
+
+    fn to_message(&self, report: &HealthReport) -> api::NodeWatchResourcesResponse {
+        api::NodeWatchResourcesResponse {
+            devices: report
+                .devices
+                .iter()
+                .map(|d| api::DeviceHealth {
+                    device: Some(api::DeviceIdentifier {
+                        pool_name: self.pool.clone(),
+                        device_name: d.device.clone(),
+                    }),
+                    health: d.health as i32,
+                    last_updated_time: report.updated_at,
+                    health_check_timeout_seconds: self.timeout_seconds,
+                    message: d.message.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+type ReportStream =
+    Pin<Box<dyn Stream<Item = Result<api::NodeWatchResourcesResponse, tonic::Status>> + Send>>;
+
+#[tonic::async_trait]
+impl api::dra_resource_health_server::DraResourceHealth for HealthService {
+    type NodeWatchResourcesStream = ReportStream;
+
+    async fn node_watch_resources(
+        &self,
+        _: tonic::Request<api::NodeWatchResourcesRequest>,
+    ) -> Result<tonic::Response<Self::NodeWatchResourcesStream>, tonic::Status> {
+        let pool = self.pool.clone();
+        let timeout = self.timeout_seconds;
+        let this = HealthService::new(&pool, self.reports.clone(), timeout);
+        // WatchStream yields the current report first, then every new one.
+        let stream = WatchStream::new(self.reports.clone()).map(move |r| Ok(this.to_message(&r)));
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,57 @@
+use super::*;
+use crate::node::fixtures;
+use api::HealthStatus::{Healthy, Unhealthy, Unknown};
+
+#[test]
+fn up_nics_are_healthy_down_links_and_ports_are_not() {
+    let mut inv = fixtures::inventory();
+    assert!(assess(&inv, 1).devices.iter().all(|d| d.health == Healthy));
+    inv.nics[0].netdevs[0].operstate = Some("down".into());
+    inv.nics[1].rdma[0].ports[0].state = Some("DOWN".into());
+    let report = assess(&inv, 7);
+    assert_eq!(report.devices[0].health, Unhealthy);
+    assert!(
+        report.devices[0].message.contains("eth0"),
+        "{:?}",
+        report.devices[0]
+    );
+    assert_eq!(report.devices[1].health, Unhealthy);
+    assert!(report.devices[1].message.contains("ionic_1/1 is DOWN"));
+    assert_eq!(report.counts()[1], ("unhealthy", 2));
+}
+
+#[test]
+fn no_state_at_all_is_unknown() {
+    let mut inv = fixtures::inventory();
+    inv.nics[0].netdevs[0].operstate = None;
+    inv.nics[0].rdma[0].ports[0].state = None;
+    assert_eq!(assess(&inv, 1).devices[0].health, Unknown);
+}
+
+#[tokio::test]
+async fn the_stream_sends_the_full_list_then_every_change() {
+    use api::dra_resource_health_server::DraResourceHealth;
+    let inv = fixtures::inventory();
+    let (tx, rx) = watch::channel(Arc::new(assess(&inv, 1)));
+    let service = HealthService::new("node-a", rx, 30);
+    let mut stream = service
+        .node_watch_resources(tonic::Request::new(api::NodeWatchResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.devices.len(), 2);
+    let id = first.devices[0].device.clone().unwrap();
+    assert_eq!(
+        (id.pool_name.as_str(), id.device_name.as_str()),
+        ("node-a", "pf-0000-0c-00-0")
+    );
+    assert_eq!(first.devices[0].health, Healthy as i32);
+
+    let mut down = inv.clone();
+    down.nics[0].netdevs[0].operstate = Some("down".into());
+    tx.send_replace(Arc::new(assess(&down, 2)));
+    let second = stream.next().await.unwrap().unwrap();
+    assert_eq!(second.devices[0].health, Unhealthy as i32);
+    assert_eq!(second.devices[0].last_updated_time, 2);
+}

@@ -1,0 +1,171 @@
+//! Prometheus metrics of the node agent: prepare/unprepare counts, errors
+//! and latency, devices by health state, and whether the kubelet accepted
+//! the plugin.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// A kubelet call the driver serves.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Operation {
+    /// NodePrepareResources, per claim.
+    Prepare,
+    /// NodeUnprepareResources, per claim.
+    Unprepare,
+}
+
+impl Operation {
+    /// The label value: `prepare` or `unprepare`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Prepare => "prepare",
+            Operation::Unprepare => "unprepare",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+/// The registry and every metric in it.
+pub struct Metrics {
+    registry: Registry,
+    claims: Family<OperationLabels, Counter>,
+    errors: Family<OperationLabels, Counter>,
+    latency: Family<OperationLabels, Histogram>,
+    devices: Family<StateLabels, Gauge>,
+    registered: Gauge,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs .. ~1.6 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("ainic_dra");
+        let claims = Family::<OperationLabels, Counter>::default();
+        let errors = Family::<OperationLabels, Counter>::default();
+        let latency = Family::<OperationLabels, Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        let devices = Family::<StateLabels, Gauge>::default();
+        let registered = Gauge::default();
+        registry.register("claims", "Claims handled, by operation", claims.clone());
+        registry.register(
+            "claim_errors",
+            "Claims that failed, by operation",
+            errors.clone(),
+        );
+        registry.register(
+            "claim_duration_seconds",
+            "Time to prepare or unprepare one claim",
+            latency.clone(),
+        );
+        registry.register(
+            "devices",
+            "Devices on this node, by health state",
+            devices.clone(),
+        );
+        registry.register(
+            "kubelet_registered",
+            "1 when the kubelet accepted the DRA plugin",
+            registered.clone(),
+        );
+        Self {
+            registry,
+            claims,
+            errors,
+            latency,
+            devices,
+            registered,
+        }
+    }
+}
+
+impl Metrics {
+    /// Records one claim handled by `operation`.
+    pub fn observe(&self, operation: Operation, took: Duration, ok: bool) {
+        let labels = OperationLabels {
+            operation: operation.as_str(),
+        };
+        self.claims.get_or_create(&labels).inc();
+        if !ok {
+            self.errors.get_or_create(&labels).inc();
+        }
+        self.latency
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Sets the device counts per state (`healthy`, `unhealthy`, `unknown`).
+    pub fn set_devices(&self, by_state: &[(&str, usize)]) {
+        for (state, count) in by_state {
+            let labels = StateLabels {
+                state: (*state).to_string(),
+            };
+            self.devices
+                .get_or_create(&labels)
+                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Sets whether the kubelet accepted the plugin.
+    pub fn set_registered(&self, registered: bool) {
+        self.registered.set(i64::from(registered));
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_errors_and_latency_per_operation() {
+        let m = Metrics::default();
+        m.observe(Operation::Prepare, Duration::from_millis(1), true);
+        m.observe(Operation::Prepare, Duration::from_millis(2), false);
+        m.set_devices(&[("healthy", 3), ("unhealthy", 1)]);
+        m.set_registered(true);
+        let text = m.encode();
+        assert!(
+            text.contains("ainic_dra_claims_total{operation=\"prepare\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ainic_dra_claim_errors_total{operation=\"prepare\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ainic_dra_claim_duration_seconds_count{operation=\"prepare\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ainic_dra_devices{state=\"unhealthy\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("ainic_dra_kubelet_registered 1"), "{text}");
+    }
+}

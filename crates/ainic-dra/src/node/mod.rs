@@ -1,0 +1,212 @@
+//! The node agent (`ainic-dra node`): discovers the node's NICs and wires
+//! the long-running tasks around one shared inventory:
+//! - the kubelet DRA plugin ([`plugin`]): registration socket, `DRAPlugin`
+//!   v1/v1beta1 and `DRAResourceHealth` on the plugin socket;
+//! - the CDI specs and checkpoint of prepared claims ([`cdi`], [`checkpoint`]);
+//! - the refresh loop feeding health and the inventory ([`health`]);
+//! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
+//! - the ResourceSlice publisher ([`publisher`]).
+//!
+//! Start-up order: load the checkpoint and reconcile the CDI dir before any
+//! socket is served, so the kubelet's first call sees a consistent state.
+
+pub mod cdi;
+pub mod checkpoint;
+#[cfg(test)]
+pub mod fixtures;
+pub mod health;
+pub mod http;
+pub mod plugin;
+pub mod publisher;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kubelet_api::dra::{v1, v1beta1};
+use kubelet_api::dra_health::v1alpha1 as health_api;
+use kubelet_api::pluginregistration::v1 as reg;
+use tokio::sync::watch;
+use topology::{DiscoveryConfig, Inventory};
+
+use cdi::dir::CdiDir;
+use checkpoint::store::CheckpointStore;
+use health::refresh::Refresher;
+use http::metrics::Metrics;
+use plugin::claims::SharedClaims;
+use plugin::registration::{Registration, RegistrationService};
+use plugin::resolve::Scope;
+use plugin::{Driver, DriverParts};
+
+/// Socket file name of the DRA services inside `--plugin-dir`.
+pub const DRA_SOCKET: &str = "dra.sock";
+
+/// Validated settings of the node agent.
+pub struct NodeConfig {
+    /// Driver name and pool (node name).
+    pub scope: Scope,
+    /// Root of sysfs.
+    pub sysfs_root: PathBuf,
+    /// Root of the host's device nodes.
+    pub dev_root: PathBuf,
+    /// Directory of the DRA socket.
+    pub plugin_dir: PathBuf,
+    /// The kubelet's plugin registry directory.
+    pub registry_dir: PathBuf,
+    /// Where CDI specs go.
+    pub cdi_dir: PathBuf,
+    /// Where the checkpoint lives.
+    pub state_dir: PathBuf,
+    /// `/healthz`, `/readyz`, `/metrics`; `None` serves no HTTP.
+    pub http_addr: Option<SocketAddr>,
+    /// Time between inventory refreshes.
+    pub refresh_every: Duration,
+}
+
+/// The parts of a started agent that tests and the caller may need.
+pub struct Started {
+    /// The driver core.
+    pub driver: Arc<Driver>,
+    /// Registration status.
+    pub registration: watch::Receiver<Registration>,
+    /// The shared inventory.
+    pub inventory: watch::Receiver<Arc<Inventory>>,
+    /// Bound HTTP address, if serving.
+    pub http_addr: Option<SocketAddr>,
+}
+
+/// Starts every task of the DRA plugin on the current runtime and returns
+/// once the sockets are listening. `metrics` may already hold other
+/// components' metrics.
+pub async fn start(
+    config: NodeConfig,
+    claims: SharedClaims,
+    metrics: Arc<Metrics>,
+) -> Result<Started> {
+    let discovery = DiscoveryConfig::default();
+    let inventory = topology::discover(&config.sysfs_root, &discovery).with_context(|| {
+        format!(
+            "failed to discover NICs under {}",
+            config.sysfs_root.display()
+        )
+    })?;
+    for warning in &inventory.warnings {
+        tracing::warn!(%warning, "discovery");
+    }
+    tracing::info!(
+        nics = inventory.nics.len(),
+        gpus = inventory.gpus.len(),
+        "inventory discovered"
+    );
+    let (inventory_tx, inventory_rx) = watch::channel(Arc::new(inventory));
+
+    let store = Arc::new(CheckpointStore::open(&config.state_dir)?);
+    let cdi = CdiDir::open(&config.cdi_dir)?;
+    let reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
+    tracing::info!(
+        claims = store.snapshot().claims.len(),
+        removed = ?reconciled.removed,
+        rewritten = ?reconciled.rewritten,
+        "checkpoint reconciled with the CDI directory"
+    );
+
+    let driver = Arc::new(Driver::new(DriverParts {
+        scope: config.scope.clone(),
+        claims,
+        inventory: inventory_rx.clone(),
+        store,
+        cdi,
+        dev_root: config.dev_root.clone(),
+        metrics: metrics.clone(),
+        faults: plugin::faults::Faults::from_env(),
+    }));
+
+    let (reports_tx, reports_rx) = watch::channel(Arc::default());
+    let refresher = Refresher {
+        sysfs_root: config.sysfs_root.clone(),
+        discovery,
+        interval: config.refresh_every,
+        inventory: inventory_tx,
+        reports: reports_tx,
+        metrics: metrics.clone(),
+    };
+    refresher.report();
+    tokio::spawn(refresher.run());
+
+    let timeout =
+        i64::try_from(config.refresh_every.as_secs().saturating_mul(3).max(30)).unwrap_or(i64::MAX);
+    let health_service = health::HealthService::new(&config.scope.pool, reports_rx, timeout);
+    let dra_socket = config.plugin_dir.join(DRA_SOCKET);
+    let dra_incoming = kubelet_api::uds::bind(&dra_socket)?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::dra_plugin_server::DraPluginServer::new(
+                plugin::grpc::V1(driver.clone()),
+            ))
+            .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
+                plugin::grpc::V1beta1(driver.clone()),
+            ))
+            .add_service(
+                health_api::dra_resource_health_server::DraResourceHealthServer::new(
+                    health_service,
+                ),
+            )
+            .serve_with_incoming(dra_incoming),
+    );
+
+    let registration = RegistrationService::new(&config.scope.driver, dra_socket, metrics.clone());
+    let registration_rx = registration.status();
+    let reg_socket = config
+        .registry_dir
+        .join(format!("{}-reg.sock", config.scope.driver));
+    let reg_incoming = kubelet_api::uds::bind(&reg_socket)?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(reg::registration_server::RegistrationServer::new(
+                registration,
+            ))
+            .serve_with_incoming(reg_incoming),
+    );
+    tracing::info!(registration = %reg_socket.display(), "DRA plugin serving");
+
+    let http_addr = match config.http_addr {
+        Some(addr) => {
+            let state = http::HttpState {
+                metrics,
+                registration: registration_rx.clone(),
+            };
+            let (bound, server) = http::serve(addr, state)
+                .await
+                .with_context(|| format!("failed to listen on {addr}"))?;
+            tokio::spawn(server);
+            tracing::info!(%bound, "http serving");
+            Some(bound)
+        }
+        None => None,
+    };
+
+    Ok(Started {
+        driver,
+        registration: registration_rx,
+        inventory: inventory_rx,
+        http_addr,
+    })
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(error) => {
+            tracing::error!(%error, "cannot watch SIGTERM; stopping on Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

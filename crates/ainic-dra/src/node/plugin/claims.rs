@@ -1,0 +1,138 @@
+//! Where ResourceClaims come from: the API server in production, a map in
+//! unit tests. The kubelet names a claim; the driver reads its allocation.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+/// Why a claim could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimFetchError {
+    /// The claim does not exist (any more).
+    #[error("resource claim {namespace}/{name} not found")]
+    NotFound {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// The API server could not be asked.
+    #[error("failed to get resource claim {namespace}/{name}: {message}")]
+    Api {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What the client said.
+        message: String,
+    },
+}
+
+/// Reads ResourceClaims.
+pub trait ClaimSource: Send + Sync {
+    /// GETs one claim.
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ResourceClaim, ClaimFetchError>>;
+}
+
+/// The API server, through `kube`.
+#[derive(Clone)]
+pub struct KubeClaims {
+    client: kube::Client,
+}
+
+impl KubeClaims {
+    /// Uses `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+}
+
+impl ClaimSource for KubeClaims {
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ResourceClaim, ClaimFetchError>> {
+        Box::pin(async move {
+            let api: kube::Api<ResourceClaim> =
+                kube::Api::namespaced(self.client.clone(), namespace);
+            match api.get_opt(name).await {
+                Ok(Some(claim)) => Ok(claim),
+                Ok(None) => Err(ClaimFetchError::NotFound {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                }),
+                Err(e) => Err(ClaimFetchError::Api {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    message: e.to_string(),
+                }),
+            }
+        })
+    }
+}
+
+/// Claims kept in memory, keyed by `namespace/name`; counts GETs.
+#[cfg(test)]
+#[derive(Default)]
+pub struct FakeClaims {
+    claims: std::sync::Mutex<std::collections::BTreeMap<String, ResourceClaim>>,
+    gets: std::sync::atomic::AtomicUsize,
+}
+
+#[cfg(test)]
+impl FakeClaims {
+    /// Stores (or replaces) a claim.
+    pub fn put(&self, claim: ResourceClaim) {
+        let key = format!(
+            "{}/{}",
+            claim.metadata.namespace.clone().unwrap_or_default(),
+            claim.metadata.name.clone().unwrap_or_default()
+        );
+        self.claims.lock().unwrap().insert(key, claim);
+    }
+
+    /// Deletes a claim.
+    pub fn delete(&self, namespace: &str, name: &str) {
+        self.claims
+            .lock()
+            .unwrap()
+            .remove(&format!("{namespace}/{name}"));
+    }
+
+    /// How many GETs were served.
+    pub fn gets(&self) -> usize {
+        self.gets.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+impl ClaimSource for FakeClaims {
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ResourceClaim, ClaimFetchError>> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let found = self
+            .claims
+            .lock()
+            .unwrap()
+            .get(&format!("{namespace}/{name}"))
+            .cloned();
+        Box::pin(async move {
+            found.ok_or_else(|| ClaimFetchError::NotFound {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })
+        })
+    }
+}
+
+/// Shared handle to a claim source.
+pub type SharedClaims = Arc<dyn ClaimSource>;

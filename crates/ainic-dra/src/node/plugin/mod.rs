@@ -1,0 +1,216 @@
+//! The kubelet DRA plugin: one [`Driver`] that prepares and unprepares
+//! claims, served over gRPC as `DRAPlugin` v1 and v1beta1 (thin adapters in
+//! [`grpc`]) next to the registration service ([`registration`]).
+//!
+//! Prepare of one claim, checkpoint-first and idempotent:
+//! 1. if the checkpoint has the claim, answer what it recorded (a shared
+//!    claim used by several pods is prepared once);
+//! 2. GET the claim, [`resolve::plan`] its devices, build its CDI spec;
+//! 3. write the spec into the CDI dir, then record the claim (with the
+//!    spec's content) in the checkpoint, durably; answer.
+//!
+//! A crash between 3's two writes leaves a spec no checkpoint entry owns;
+//! start-up reconciliation removes it and the kubelet's retry redoes 2–3.
+//! Unprepare works from the checkpoint alone: remove the spec, then the entry.
+
+pub mod claims;
+pub mod faults;
+pub mod grpc;
+pub mod registration;
+pub mod resolve;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures::future::join_all;
+use tokio::sync::watch;
+use topology::Inventory;
+use tracing::Instrument;
+
+use crate::node::cdi::{self, CdiDir};
+use crate::node::checkpoint::store::CheckpointStore;
+use crate::node::checkpoint::{PreparedClaim, PreparedDevice};
+use crate::node::http::metrics::{Metrics, Operation};
+use claims::SharedClaims;
+use faults::{Faults, Point};
+use resolve::Scope;
+
+/// A claim as the kubelet names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// Namespace.
+    pub namespace: String,
+    /// UID.
+    pub uid: String,
+    /// Name.
+    pub name: String,
+}
+
+/// Per-claim outcome of a prepare call: the devices, or a one-line error.
+pub type PrepareOutcome = Result<Vec<PreparedDevice>, String>;
+
+/// Everything a [`Driver`] needs.
+pub struct DriverParts {
+    /// Driver name and pool.
+    pub scope: Scope,
+    /// Where claims are read.
+    pub claims: SharedClaims,
+    /// The node's devices, kept fresh by the health loop.
+    pub inventory: watch::Receiver<Arc<Inventory>>,
+    /// The checkpoint.
+    pub store: Arc<CheckpointStore>,
+    /// The CDI directory.
+    pub cdi: CdiDir,
+    /// Where the host's device nodes are (`/dev`).
+    pub dev_root: PathBuf,
+    /// Metrics to update.
+    pub metrics: Arc<Metrics>,
+    /// Crash points (tests only).
+    pub faults: Faults,
+}
+
+/// Prepares and unprepares claims; one per node agent, shared by every
+/// gRPC adapter.
+pub struct Driver {
+    parts: DriverParts,
+    /// One lock per claim UID, so two calls for the same claim never interleave.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Driver {
+    /// Assembles a driver.
+    pub fn new(parts: DriverParts) -> Self {
+        Self {
+            parts,
+            locks: Mutex::default(),
+        }
+    }
+
+    /// The driver name and pool.
+    pub fn scope(&self) -> &Scope {
+        &self.parts.scope
+    }
+
+    fn claim_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        // Drop locks nobody holds, so the map does not grow with every claim ever seen.
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(uid.to_string()).or_default().clone()
+    }
+
+    /// Prepares every claim concurrently; one outcome per claim UID.
+    pub async fn prepare(&self, claims: &[ClaimRef]) -> BTreeMap<String, PrepareOutcome> {
+        let outcomes = join_all(claims.iter().map(|c| self.prepare_timed(c))).await;
+        claims.iter().map(|c| c.uid.clone()).zip(outcomes).collect()
+    }
+
+    /// Unprepares every claim concurrently; one outcome per claim UID.
+    pub async fn unprepare(&self, claims: &[ClaimRef]) -> BTreeMap<String, Result<(), String>> {
+        let outcomes = join_all(claims.iter().map(|c| self.unprepare_timed(c))).await;
+        claims.iter().map(|c| c.uid.clone()).zip(outcomes).collect()
+    }
+
+    async fn prepare_timed(&self, claim: &ClaimRef) -> PrepareOutcome {
+        let start = Instant::now();
+        let span = tracing::info_span!("prepare", claim_uid = %claim.uid, claim = %claim.name, namespace = %claim.namespace);
+        let outcome = self
+            .prepare_one(claim)
+            .instrument(span.clone())
+            .await
+            .map_err(|e| format!("{e:#}"));
+        let _enter = span.enter();
+        self.parts
+            .metrics
+            .observe(Operation::Prepare, start.elapsed(), outcome.is_ok());
+        match &outcome {
+            Ok(devices) => tracing::info!(devices = devices.len(), "claim prepared"),
+            Err(error) => tracing::warn!(%error, "claim not prepared"),
+        }
+        outcome
+    }
+
+    async fn prepare_one(&self, claim: &ClaimRef) -> anyhow::Result<Vec<PreparedDevice>> {
+        let lock = self.claim_lock(&claim.uid);
+        let _held = lock.lock().await;
+        if let Some(done) = self.parts.store.get(&claim.uid) {
+            return Ok(done.devices);
+        }
+        let object = self.parts.claims.get(&claim.namespace, &claim.name).await?;
+        let inventory = self.parts.inventory.borrow().clone();
+        let planned = resolve::plan(&object, &claim.uid, &self.parts.scope, &inventory)?;
+        let attached: Vec<cdi::AttachedDevice> =
+            planned.iter().map(|p| p.attached.clone()).collect();
+        let spec = cdi::build(
+            &claim.uid,
+            &attached,
+            inventory.rdma_cm.as_ref(),
+            &self.parts.dev_root,
+        )?;
+        let devices: Vec<PreparedDevice> = planned
+            .iter()
+            .zip(&spec.device_ids)
+            .map(|(p, id)| PreparedDevice {
+                requests: vec![p.request.clone()],
+                pool: self.parts.scope.pool.clone(),
+                device: p.attached.device.clone(),
+                share_id: p.attached.share.as_ref().map(|s| s.id.clone()),
+                cdi_ids: vec![id.clone()],
+            })
+            .collect();
+        self.parts.faults.hit(Point::PrepareBeforeCdi);
+        self.parts.cdi.write(&spec)?;
+        self.parts.faults.hit(Point::PrepareAfterCdi);
+        let record = PreparedClaim {
+            namespace: claim.namespace.clone(),
+            name: claim.name.clone(),
+            devices: devices.clone(),
+            cdi_file: spec.file_name.clone(),
+            cdi_spec: spec.content,
+        };
+        if let Err(e) = self.parts.store.insert(&claim.uid, record).await {
+            if let Err(cleanup) = self.parts.cdi.remove(&spec.file_name) {
+                tracing::error!(error = %cleanup, "failed to remove CDI spec after checkpoint failure");
+            }
+            return Err(e.into());
+        }
+        self.parts.faults.hit(Point::PrepareAfterCheckpoint);
+        Ok(devices)
+    }
+
+    async fn unprepare_timed(&self, claim: &ClaimRef) -> Result<(), String> {
+        let start = Instant::now();
+        let span = tracing::info_span!("unprepare", claim_uid = %claim.uid, claim = %claim.name, namespace = %claim.namespace);
+        let outcome = self
+            .unprepare_one(claim)
+            .instrument(span.clone())
+            .await
+            .map_err(|e| format!("{e:#}"));
+        let _enter = span.enter();
+        self.parts
+            .metrics
+            .observe(Operation::Unprepare, start.elapsed(), outcome.is_ok());
+        match &outcome {
+            Ok(()) => tracing::info!("claim unprepared"),
+            Err(error) => tracing::warn!(%error, "claim not unprepared"),
+        }
+        outcome
+    }
+
+    async fn unprepare_one(&self, claim: &ClaimRef) -> anyhow::Result<()> {
+        let lock = self.claim_lock(&claim.uid);
+        let _held = lock.lock().await;
+        let Some(record) = self.parts.store.get(&claim.uid) else {
+            return Ok(());
+        };
+        self.parts.faults.hit(Point::UnprepareBeforeCdi);
+        self.parts.cdi.remove(&record.cdi_file)?;
+        self.parts.faults.hit(Point::UnprepareAfterCdi);
+        self.parts.store.remove(&claim.uid).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+//! From a ResourceClaim to the devices this node must attach: checks that
+//! the claim is the one the kubelet meant and is allocated, keeps the
+//! results of this driver in this node's pool, resolves each result's
+//! NicConfig and finds the NIC behind each device name. Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use dra_model::nic_config::{AttachMode, NicConfigError, config_for_request};
+use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
+use topology::Inventory;
+
+use crate::node::cdi::{AttachedDevice, Share};
+
+/// What the driver serves: its name and its pool on this node.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    /// Driver name (`ainic.amd.com`).
+    pub driver: String,
+    /// Pool name (the node name).
+    pub pool: String,
+}
+
+/// One result of the claim to prepare.
+#[derive(Clone, Debug)]
+pub struct PlannedDevice {
+    /// The request the device was allocated for.
+    pub request: String,
+    /// What to give the container.
+    pub attached: AttachedDevice,
+}
+
+/// Why a claim cannot be prepared on this node.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The claim was deleted and recreated under the same name.
+    #[error("claim {claim} has UID {found}, but the kubelet asked for UID {wanted}")]
+    UidMismatch {
+        /// `namespace/name`.
+        claim: String,
+        /// UID the kubelet sent.
+        wanted: String,
+        /// UID of the stored claim.
+        found: String,
+    },
+    /// The claim has no allocation.
+    #[error("claim {claim} is not allocated")]
+    NotAllocated {
+        /// `namespace/name`.
+        claim: String,
+    },
+    /// No result belongs to this driver on this node.
+    #[error(
+        "claim {claim} has no device of driver {driver} in pool {pool} (it is allocated elsewhere or to other drivers)"
+    )]
+    NothingHere {
+        /// `namespace/name`.
+        claim: String,
+        /// This driver.
+        driver: String,
+        /// This node's pool.
+        pool: String,
+    },
+    /// A device of the allocation is not on this node.
+    #[error("claim {claim}: device {device} is not present on this node")]
+    UnknownDevice {
+        /// `namespace/name`.
+        claim: String,
+        /// DRA device name.
+        device: String,
+    },
+    /// The opaque configuration is invalid.
+    #[error("claim {claim}: {source}")]
+    Config {
+        /// `namespace/name`.
+        claim: String,
+        /// The configuration problem.
+        source: NicConfigError,
+    },
+    /// The configuration asks for an attach mode that is not implemented.
+    #[error(
+        "claim {claim}: attach mode {mode} (request {request}) is not supported yet; use mode rdma"
+    )]
+    UnsupportedMode {
+        /// `namespace/name`.
+        claim: String,
+        /// The request.
+        request: String,
+        /// The mode asked for.
+        mode: &'static str,
+    },
+}
+
+/// Plans the devices of `claim` (the kubelet asked for `uid`).
+pub fn plan(
+    claim: &ResourceClaim,
+    uid: &str,
+    scope: &Scope,
+    inventory: &Inventory,
+) -> Result<Vec<PlannedDevice>, ResolveError> {
+    let meta = &claim.metadata;
+    let label = format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    );
+    let found = meta.uid.as_deref().unwrap_or_default();
+    if found != uid {
+        return Err(ResolveError::UidMismatch {
+            claim: label,
+            wanted: uid.to_string(),
+            found: found.to_string(),
+        });
+    }
+    let devices = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .ok_or_else(|| ResolveError::NotAllocated {
+            claim: label.clone(),
+        })?;
+    let results: Vec<&DeviceRequestAllocationResult> = devices
+        .results
+        .iter()
+        .flatten()
+        .filter(|r| r.driver == scope.driver && r.pool == scope.pool)
+        .collect();
+    if results.is_empty() {
+        return Err(ResolveError::NothingHere {
+            claim: label,
+            driver: scope.driver.clone(),
+            pool: scope.pool.clone(),
+        });
+    }
+    let configs = devices.config.as_deref().unwrap_or_default();
+    let by_name: BTreeMap<String, &topology::NicFunction> = inventory
+        .nics
+        .iter()
+        .map(|n| (dra_model::names::device_name(n), n))
+        .collect();
+    results
+        .into_iter()
+        .map(|r| {
+            let config =
+                config_for_request(configs, &scope.driver, &r.request).map_err(|source| {
+                    ResolveError::Config {
+                        claim: label.clone(),
+                        source,
+                    }
+                })?;
+            if config.mode != AttachMode::Rdma {
+                return Err(ResolveError::UnsupportedMode {
+                    claim: label.clone(),
+                    request: r.request.clone(),
+                    mode: config.mode.as_str(),
+                });
+            }
+            let nic = by_name
+                .get(&r.device)
+                .ok_or_else(|| ResolveError::UnknownDevice {
+                    claim: label.clone(),
+                    device: r.device.clone(),
+                })?;
+            Ok(PlannedDevice {
+                request: r.request.clone(),
+                attached: AttachedDevice {
+                    device: r.device.clone(),
+                    nic: (*nic).clone(),
+                    umad: config.umad,
+                    issm: config.issm,
+                    share: share_of(r),
+                },
+            })
+        })
+        .collect()
+}
+
+fn share_of(r: &DeviceRequestAllocationResult) -> Option<Share> {
+    let id = r.share_id.clone()?;
+    let consumed = r
+        .consumed_capacity
+        .iter()
+        .flatten()
+        .map(|(name, q)| (name.clone(), q.0.clone()))
+        .collect();
+    Some(Share { id, consumed })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::claims::FakeClaims;
+use super::*;
+use crate::node::checkpoint;
+use crate::node::fixtures::{self, claim, nic_config};
+
+const D: &str = "ainic.amd.com";
+const PF0: &str = "pf-0000-0c-00-0";
+const PF1: &str = "pf-0000-0d-00-0";
+
+struct Harness {
+    driver: Driver,
+    claims: Arc<FakeClaims>,
+    _dir: tempfile::TempDir,
+    cdi_dir: PathBuf,
+    state_dir: PathBuf,
+}
+
+fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let cdi_dir = dir.path().join("cdi");
+    let state_dir = dir.path().join("state");
+    let claims = Arc::new(FakeClaims::default());
+    let (_tx, inventory) = watch::channel(Arc::new(fixtures::inventory()));
+    let driver = Driver::new(DriverParts {
+        scope: Scope {
+            driver: D.into(),
+            pool: "node-a".into(),
+        },
+        claims: claims.clone(),
+        inventory,
+        store: Arc::new(CheckpointStore::open(&state_dir).unwrap()),
+        cdi: CdiDir::open(&cdi_dir).unwrap(),
+        dev_root: dir.path().join("dev"),
+        metrics: Arc::new(Metrics::default()),
+        faults: Faults::default(),
+    });
+    Harness {
+        driver,
+        claims,
+        _dir: dir,
+        cdi_dir,
+        state_dir,
+    }
+}
+
+fn r(name: &str, uid: &str) -> ClaimRef {
+    ClaimRef {
+        namespace: "ns".into(),
+        uid: uid.into(),
+        name: name.into(),
+    }
+}
+
+fn cdi_files(h: &Harness) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(&h.cdi_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn prepare_writes_spec_and_checkpoint_and_is_idempotent() {
+    let h = harness();
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    let first = h.driver.prepare(&[r("a", "u1")]).await;
+    let devices = first["u1"].clone().unwrap();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0].cdi_ids, ["amd.com/ainic=u1-pf-0000-0c-00-0"]);
+    assert_eq!(devices[0].requests, ["nic"]);
+    assert_eq!(cdi_files(&h), ["ainic.amd.com-u1.json"]);
+    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    assert_eq!(on_disk.claims["u1"].devices, devices);
+
+    // A second prepare (another pod of a shared claim) answers from the
+    // checkpoint: same result, no new GET.
+    let gets = h.claims.gets();
+    let second = h.driver.prepare(&[r("a", "u1")]).await;
+    assert_eq!(second["u1"], first["u1"]);
+    assert_eq!(h.claims.gets(), gets);
+}
+
+#[tokio::test]
+async fn one_bad_claim_does_not_fail_the_others() {
+    let h = harness();
+    h.claims
+        .put(claim("good", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    h.claims.put(claim(
+        "bad",
+        "u2",
+        &[("nic", D, "node-a", PF1)],
+        json!([nic_config("FromClaim", json!({"bogus": 1}))]),
+    ));
+    let out = h
+        .driver
+        .prepare(&[r("good", "u1"), r("bad", "u2"), r("gone", "u3")])
+        .await;
+    assert!(out["u1"].is_ok());
+    assert!(
+        out["u2"]
+            .as_ref()
+            .unwrap_err()
+            .contains("unknown field `bogus`")
+    );
+    assert!(
+        out["u3"]
+            .as_ref()
+            .unwrap_err()
+            .contains("ns/gone not found")
+    );
+    assert_eq!(cdi_files(&h), ["ainic.amd.com-u1.json"]);
+}
+
+#[tokio::test]
+async fn unprepare_needs_only_the_checkpoint_and_is_idempotent() {
+    let h = harness();
+    h.claims.put(claim(
+        "a",
+        "u1",
+        &[("nic", D, "node-a", PF0), ("nic", D, "node-a", PF1)],
+        json!([]),
+    ));
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    h.claims.delete("ns", "a");
+    let gets = h.claims.gets();
+    assert_eq!(h.driver.unprepare(&[r("a", "u1")]).await["u1"], Ok(()));
+    assert_eq!(h.driver.unprepare(&[r("a", "u1")]).await["u1"], Ok(()));
+    assert_eq!(h.claims.gets(), gets, "unprepare never reads the API");
+    assert!(cdi_files(&h).is_empty());
+    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    assert!(on_disk.claims.is_empty());
+}
+
+#[tokio::test]
+async fn concurrent_prepares_of_one_claim_do_the_work_once() {
+    let h = Arc::new(harness());
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let h = h.clone();
+            tokio::spawn(async move { h.driver.prepare(&[r("a", "u1")]).await })
+        })
+        .collect();
+    let mut results = vec![];
+    for c in calls {
+        results.push(c.await.unwrap());
+    }
+    assert!(results.windows(2).all(|w| w[0] == w[1]));
+    assert_eq!(h.claims.gets(), 1);
+}
