@@ -26,6 +26,10 @@ enum Command {
     Topo(cli::topo::TopoArgs),
     /// List the AINIC functions and GPUs found in a sysfs tree, with all their facts.
     Discover(cli::discover::DiscoverArgs),
+    /// Print the ResourceSlices the node agent would publish for a sysfs tree.
+    Slices(cli::slices::SlicesArgs),
+    /// Print the DeviceClasses shipped with the driver (exclusive PFs, VFs, shared PFs).
+    Deviceclasses(cli::deviceclasses::DeviceClassesArgs),
     /// Run the node agent: kubelet DRA plugin, ResourceSlice publisher, classic device plugin.
     Node(cli::node::NodeArgs),
 }
@@ -36,6 +40,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Topo(args) => cli::topo::run(args),
         Command::Discover(args) => cli::discover::run(args),
+        Command::Slices(args) => cli::slices::run(args),
+        Command::Deviceclasses(args) => cli::deviceclasses::run(args),
         Command::Node(args) => cli::node::run(args),
     };
     cli::exit_code(result)

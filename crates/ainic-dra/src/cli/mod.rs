@@ -1,8 +1,10 @@
 //! Subcommands of `ainic-dra`, one file each, and the small pieces they share:
 //! logging set-up, exit codes, and where a sysfs tree comes from.
 
+pub mod deviceclasses;
 pub mod discover;
 pub mod node;
+pub mod slices;
 pub mod topo;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,226 @@
+//! `ainic-dra slices`: the ResourceSlices the node agent would publish for
+//! a sysfs tree, printed as YAML (one document per slice) or a JSON list.
+//!
+//! [`ModelArgs`] holds the device-model flags; the node agent flattens the
+//! same struct so both build the model from identical options.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use dra_model::fabric::{FabricFile, FabricSources, LldpNeighbors};
+use dra_model::{FeatureGates, ModelConfig, ModelOptions, PfWithVfs, SliceSet};
+
+use super::SysfsSource;
+
+/// Flags that shape the device model (shared with `node`).
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// DRA driver name (`spec.driver` of every slice).
+    #[arg(long, value_name = "NAME", default_value = dra_model::names::DEFAULT_DRIVER)]
+    pub driver_name: String,
+
+    /// Kubernetes feature gates, upstream syntax, e.g.
+    /// `DRAConsumableCapacity=true,DRADeviceTaints=true`. Defaults as in 1.34.
+    #[arg(long, value_name = "NAME=BOOL,...", value_parser = parse_gates, default_value = "")]
+    pub feature_gates: FeatureGates,
+
+    /// Also publish each NIC's nearest GPU address under this attribute of the
+    /// GPU driver (e.g. `gpu.amd.com/pciAddr`), for switch-precise pairing.
+    #[arg(long, value_name = "DOMAIN/NAME")]
+    pub gpu_pairing_attribute: Option<String>,
+
+    /// How a PF with VFs enabled is published: `auto` (PF and VFs with
+    /// DRAPartitionableDevices, else the VFs), `vfs-only`, `pf-only`.
+    #[arg(long, value_enum, default_value_t = PfWithVfsArg::Auto)]
+    pub pf_with_vfs: PfWithVfsArg,
+
+    /// PFs to publish for sharing (needs DRAConsumableCapacity): PCI
+    /// addresses or interface names, comma separated, or `*`.
+    #[arg(long, value_name = "PF,...", value_delimiter = ',')]
+    pub shared_pfs: Vec<String>,
+
+    /// Queue pairs of each PF, published as capacity `queuePairs`.
+    #[arg(long, value_name = "N")]
+    pub pf_queue_pairs: Option<u64>,
+
+    /// Queue pairs of each VF, published as capacity `queuePairs`.
+    #[arg(long, value_name = "N")]
+    pub vf_queue_pairs: Option<u64>,
+
+    /// Fabric config file (YAML: per node / per NIC rail, fabric, leafSwitch).
+    #[arg(long, value_name = "FILE")]
+    pub fabric_config: Option<PathBuf>,
+
+    /// LLDP neighbours as `lldpcli -f json0 show neighbors` output, from a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "lldp_command")]
+    pub lldp_json: Option<PathBuf>,
+
+    /// Command printing LLDP neighbours in `lldpcli -f json0` form, run with `sh -c`.
+    #[arg(long, value_name = "COMMAND")]
+    pub lldp_command: Option<String>,
+}
+
+/// `--pf-with-vfs` values.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum PfWithVfsArg {
+    /// PF and VFs with DRAPartitionableDevices, else the VFs.
+    Auto,
+    /// The VFs only.
+    VfsOnly,
+    /// The PF only.
+    PfOnly,
+}
+
+fn parse_gates(s: &str) -> Result<FeatureGates, String> {
+    s.parse()
+        .map_err(|e: dra_model::FeatureGateError| e.to_string())
+}
+
+impl ModelArgs {
+    /// The validated model configuration for `node`. Fabric inputs that
+    /// cannot be read or parsed are logged and left out: the model is then
+    /// built with the remaining sources and the defaults.
+    pub fn config(&self, node: &str, node_labels: BTreeMap<String, String>) -> Result<ModelConfig> {
+        let mut o = ModelOptions::new(node);
+        o.driver = self.driver_name.clone();
+        o.gates = self.feature_gates.clone();
+        o.gpu_pairing_attribute = self.gpu_pairing_attribute.clone();
+        o.pf_with_vfs = match self.pf_with_vfs {
+            PfWithVfsArg::Auto => PfWithVfs::Auto,
+            PfWithVfsArg::VfsOnly => PfWithVfs::VfsOnly,
+            PfWithVfsArg::PfOnly => PfWithVfs::PfOnly,
+        };
+        o.shared_pfs = self.shared_pfs.clone();
+        o.pf_queue_pairs = self.pf_queue_pairs;
+        o.vf_queue_pairs = self.vf_queue_pairs;
+        o.fabric = FabricSources {
+            file: self.fabric_file(),
+            node_labels,
+            lldp: self.lldp(),
+        };
+        Ok(ModelConfig::new(o)?)
+    }
+
+    fn fabric_file(&self) -> Option<FabricFile> {
+        let path = self.fabric_config.as_ref()?;
+        let origin = path.display().to_string();
+        let parsed = std::fs::read_to_string(path)
+            .map_err(|e| format!("failed to read fabric config {origin}: {e}"))
+            .and_then(|text| FabricFile::parse(&text, &origin).map_err(|e| e.to_string()));
+        parsed
+            .inspect_err(|e| tracing::warn!("{e}; using fabric defaults"))
+            .ok()
+    }
+
+    fn lldp(&self) -> Option<LldpNeighbors> {
+        let (text, origin) = if let Some(path) = &self.lldp_json {
+            let origin = path.display().to_string();
+            (
+                std::fs::read_to_string(path).map_err(|e| format!("failed to read {origin}: {e}")),
+                origin,
+            )
+        } else {
+            let cmd = self.lldp_command.as_ref()?;
+            (run_command(cmd), cmd.clone())
+        };
+        text.and_then(|t| LldpNeighbors::parse(&t, &origin).map_err(|e| e.to_string()))
+            .inspect_err(|e| tracing::warn!("{e}; LLDP data not used"))
+            .ok()
+    }
+}
+
+fn run_command(cmd: &str) -> Result<String, String> {
+    let out = std::process::Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .map_err(|e| format!("failed to run {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed with {}", out.status));
+    }
+    String::from_utf8(out.stdout).map_err(|_| format!("{cmd:?} printed non-UTF-8 output"))
+}
+
+/// Arguments of `ainic-dra slices`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  ainic-dra slices --sysfs-root /sys --node-name node-a\n  \
+    ainic-dra slices --topology sriov-vfs --node-name n1 --feature-gates DRAPartitionableDevices=true -o json"
+)]
+pub struct SlicesArgs {
+    #[command(flatten)]
+    source: SysfsSource,
+
+    /// The node (also the pool name).
+    #[arg(long, value_name = "NAME")]
+    node_name: String,
+
+    /// Node labels to take fabric facts from, `key=value,...`
+    /// (e.g. `ainic.amd.com/fabric=pod-a`).
+    #[arg(long, value_name = "KEY=VALUE,...", value_delimiter = ',')]
+    node_labels: Vec<String>,
+
+    #[command(flatten)]
+    model: ModelArgs,
+
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = SlicesFormat::Yaml)]
+    output: SlicesFormat,
+}
+
+/// Output formats of `slices`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SlicesFormat {
+    /// One YAML document per slice.
+    Yaml,
+    /// A JSON list of ResourceSlice objects.
+    Json,
+}
+
+/// Builds the slices of the tree at `args.source` and prints them.
+pub fn run(args: SlicesArgs) -> Result<()> {
+    let labels = parse_labels(&args.node_labels)?;
+    let config = args.model.config(&args.node_name, labels)?;
+    let root = args.source.open()?;
+    let inventory = topology::discover(root.path(), &topology::DiscoveryConfig::default())
+        .with_context(|| format!("failed to discover devices under {}", root.path().display()))?;
+    let set = build_checked(&inventory, &config)?;
+    print!("{}", render(&set, args.output)?);
+    Ok(())
+}
+
+/// Builds the slices and refuses to return any that the API server would reject.
+pub fn build_checked(inventory: &topology::Inventory, config: &ModelConfig) -> Result<SliceSet> {
+    let set = dra_model::build_slices(inventory, config);
+    let violations = dra_model::validate::check_pool(&set.slices);
+    if let Some(first) = violations.first() {
+        bail!(
+            "built an invalid ResourceSlice ({} violations), first: {first}",
+            violations.len()
+        );
+    }
+    Ok(set)
+}
+
+fn parse_labels(entries: &[String]) -> Result<BTreeMap<String, String>> {
+    entries
+        .iter()
+        .filter(|e| !e.is_empty())
+        .map(|e| match e.split_once('=') {
+            Some((k, v)) => Ok((k.trim().to_string(), v.trim().to_string())),
+            None => bail!("invalid node label {e:?}: expected key=value"),
+        })
+        .collect()
+}
+
+fn render(set: &SliceSet, format: SlicesFormat) -> Result<String> {
+    Ok(match format {
+        SlicesFormat::Json => serde_json::to_string_pretty(&set.slices)? + "\n",
+        SlicesFormat::Yaml => {
+            let docs: Result<Vec<String>, _> =
+                set.slices.iter().map(serde_yaml::to_string).collect();
+            docs?.join("---\n")
+        }
+    })
+}
