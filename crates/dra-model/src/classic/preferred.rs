@@ -9,10 +9,13 @@
 //!    is unknown counts as a node of its own. One node when possible.
 //! 2. `shared_card_pairs`: pairs of devices on the same physical card (VFs of
 //!    one PF, or a PF and its VF). VFs of distinct PFs first.
-//! 3. `shared_switch_pairs`: pairs under the same PCIe switch. Distinct
-//!    switches spread traffic over independent uplinks.
-//! 4. `shared_rail_pairs`: pairs on the same rail. Distinct rails reach
-//!    distinct leaf switches of a rail-optimised fabric.
+//! 3. `shared_switch_pairs`: pairs of different cards under the same PCIe
+//!    switch. Distinct switches spread traffic over independent uplinks.
+//! 4. `shared_rail_pairs`: pairs of different cards on the same rail.
+//!    Distinct rails reach distinct leaf switches of a rail-optimised fabric.
+//!
+//! (Two functions of one card always share its switch and rail; criterion 2
+//! already counts that pair, so 3 and 4 do not count it again.)
 //! 5. `pcie_distance`: sum over pairs of the affinity class between the two
 //!    devices (PIX 0, PXB 1, PHB 2, NODE 3, SYS 4): once spread over
 //!    switches, stay under one root complex rather than crossing host bridges.
@@ -66,9 +69,9 @@ pub struct SetCost {
     pub numa_nodes: usize,
     /// Pairs on the same physical card.
     pub shared_card_pairs: usize,
-    /// Pairs under the same PCIe switch.
+    /// Pairs of different cards under the same PCIe switch.
     pub shared_switch_pairs: usize,
-    /// Pairs on the same rail.
+    /// Pairs of different cards on the same rail.
     pub shared_rail_pairs: usize,
     /// Sum of pairwise affinity class ranks.
     pub pcie_distance: usize,
@@ -98,9 +101,11 @@ fn added_cost(set: &[&ClassicDevice], d: &ClassicDevice) -> SetCost {
         numa_nodes: usize::from(new_node),
         shared_card_pairs: count(&|s| s.card() == d.card()),
         shared_switch_pairs: count(&|s| {
-            s.location.switch.is_some() && s.location.switch == d.location.switch
+            s.card() != d.card()
+                && s.location.switch.is_some()
+                && s.location.switch == d.location.switch
         }),
-        shared_rail_pairs: count(&|s| s.rail == d.rail),
+        shared_rail_pairs: count(&|s| s.card() != d.card() && s.rail == d.rail),
         pcie_distance: set
             .iter()
             .map(|s| affinity_rank(classify(&s.location, &d.location)))

@@ -126,6 +126,24 @@ fn four_vfs_come_from_distinct_pfs_on_one_numa_node() {
 }
 
 #[test]
+fn a_card_under_a_switch_is_not_penalised_twice() {
+    use crate::classic::testing::{inventory, pf, vf};
+    // Card 0c sits under a switch, card c1 on a root port; two VFs of one
+    // card are wanted either way, so the tie goes to the lower address.
+    let inv = inventory(vec![
+        pf("0000:0c:00.0", 0, "pci0000:00", Some(0)),
+        vf("0000:0c:00.1", "0000:0c:00.0", 0, 0, "pci0000:00", Some(0)),
+        vf("0000:0c:00.2", "0000:0c:00.0", 1, 0, "pci0000:00", Some(0)),
+        pf("0000:c1:00.0", 1, "pci0000:c0", None),
+        vf("0000:c1:00.1", "0000:c1:00.0", 0, 1, "pci0000:c0", None),
+        vf("0000:c1:00.2", "0000:c1:00.0", 1, 1, "pci0000:c0", None),
+    ]);
+    let a = assign(&ClassicConfig::default(), &inv);
+    let vfs = a.resource("amd.com/vnic").unwrap().devices.clone();
+    assert_eq!(prefer(&vfs, &all_ids(&vfs), &[], 2), ["0000:0c:00.1", "0000:0c:00.2"]);
+}
+
+#[test]
 fn answer_does_not_depend_on_request_order() {
     let vfs = resource("amd.com/vnic");
     let mut ids = all_ids(&vfs);
