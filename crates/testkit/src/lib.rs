@@ -1,3 +1,4 @@
 //! Test and demo support.
 
 pub mod apiserver;
+pub mod fixture;
