@@ -32,6 +32,8 @@ enum Command {
     Deviceclasses(cli::deviceclasses::DeviceClassesArgs),
     /// Run the node agent: kubelet DRA plugin, ResourceSlice publisher, classic device plugin.
     Node(cli::node::NodeArgs),
+    /// Allocate ResourceClaims on a node as kube-scheduler would, from objects in files.
+    Simulate(cli::simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
         Command::Slices(args) => cli::slices::run(args),
         Command::Deviceclasses(args) => cli::deviceclasses::run(args),
         Command::Node(args) => cli::node::run(args),
+        Command::Simulate(args) => cli::simulate::run(args),
     };
     cli::exit_code(result)
 }

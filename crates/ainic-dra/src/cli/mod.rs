@@ -4,6 +4,7 @@
 pub mod deviceclasses;
 pub mod discover;
 pub mod node;
+pub mod simulate;
 pub mod slices;
 pub mod topo;
 
