@@ -2,3 +2,4 @@
 
 pub mod apiserver;
 pub mod fixture;
+pub mod fake_kubelet_dp;
