@@ -2,4 +2,5 @@
 
 pub mod apiserver;
 pub mod fixture;
+pub mod kubelet;
 pub mod fake_kubelet_dp;
