@@ -1,0 +1,216 @@
+//! Pure planning: existing slices + desired slices → the writes that make the
+//! API hold exactly the desired pool.
+//!
+//! Content is compared without server-set metadata, without the pool
+//! generation and without taint `timeAdded` (the API server stamps it). When
+//! anything differs, every desired slice is written at one new generation
+//! (higher than any existing one), and only then are leftovers deleted: from
+//! the first write on, consumers see the new generation as the pool's truth
+//! and ignore the older slices still waiting for deletion.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde_json::Value;
+
+/// One API write, in execution order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Replace an existing slice (carries its name and resourceVersion).
+    Update(ResourceSlice),
+    /// Create a slice (by name, or by `generateName`).
+    Create(ResourceSlice),
+    /// Delete an existing slice (precondition: its uid and resourceVersion).
+    Delete(ResourceSlice),
+}
+
+/// What a sync has to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// The API already holds the desired pool: no writes.
+    Unchanged {
+        /// The pool generation found.
+        generation: i64,
+    },
+    /// Write the pool at `generation`: updates and creates first, deletes last.
+    Publish {
+        /// The new pool generation.
+        generation: i64,
+        /// The writes, in order.
+        writes: Vec<Write>,
+    },
+}
+
+/// The comparable content of a slice: spec (generation zeroed, taint
+/// `timeAdded` dropped), labels, and owner references without uid.
+pub fn content(slice: &ResourceSlice) -> String {
+    let mut spec = serde_json::to_value(&slice.spec).unwrap_or(Value::Null);
+    spec["pool"]["generation"] = Value::from(0);
+    if let Some(devices) = spec.get_mut("devices").and_then(Value::as_array_mut) {
+        let taints = devices
+            .iter_mut()
+            .filter_map(|d| d.get_mut("taints").and_then(Value::as_array_mut))
+            .flatten();
+        for taint in taints {
+            taint.as_object_mut().map(|t| t.remove("timeAdded"));
+        }
+    }
+    let owners: Vec<Value> = (slice.metadata.owner_references.iter().flatten())
+        .map(|o| serde_json::json!([o.api_version, o.kind, o.name, o.controller]))
+        .collect();
+    let labels = serde_json::to_value(&slice.metadata.labels).unwrap_or(Value::Null);
+    serde_json::json!({"spec": spec, "labels": labels, "owners": owners}).to_string()
+}
+
+/// Sorted contents of a set of slices (order-independent comparison).
+pub fn contents(slices: &[ResourceSlice]) -> Vec<String> {
+    let mut all: Vec<String> = slices.iter().map(content).collect();
+    all.sort();
+    all
+}
+
+/// Highest pool generation among `slices` (0 when empty).
+pub fn max_generation(slices: &[ResourceSlice]) -> i64 {
+    slices
+        .iter()
+        .map(|s| s.spec.pool.generation)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Whether `existing` is one complete generation whose contents equal `wanted`.
+pub fn holds(existing: &[ResourceSlice], wanted: &[String]) -> bool {
+    let generation = max_generation(existing);
+    existing
+        .iter()
+        .all(|s| s.spec.pool.generation == generation)
+        && contents(existing) == wanted
+}
+
+/// Copies `timeAdded` of taints the existing slice already carries, so an
+/// update does not restamp unchanged taints.
+fn keep_taint_times(new: &mut ResourceSlice, old: &ResourceSlice) {
+    let old_devices = old.spec.devices.iter().flatten();
+    for device in new.spec.devices.iter_mut().flatten() {
+        let Some(old_device) = old_devices.clone().find(|d| d.name == device.name) else {
+            continue;
+        };
+        for taint in device
+            .taints
+            .iter_mut()
+            .flatten()
+            .filter(|t| t.time_added.is_none())
+        {
+            let same = old_device.taints.iter().flatten().find(|t| {
+                (&t.key, &t.value, &t.effect) == (&taint.key, &taint.value, &taint.effect)
+            });
+            taint.time_added = same.and_then(|t| t.time_added.clone());
+        }
+    }
+}
+
+/// Prepares a desired slice for writing at `generation` with `owner`.
+fn stamped(
+    desired: &ResourceSlice,
+    generation: i64,
+    count: i64,
+    owner: &OwnerReference,
+) -> ResourceSlice {
+    let mut slice = desired.clone();
+    slice.spec.pool.generation = generation;
+    slice.spec.pool.resource_slice_count = count;
+    slice.metadata.owner_references = Some(vec![owner.clone()]);
+    slice.metadata.resource_version = None;
+    slice.metadata.uid = None;
+    slice
+}
+
+/// Pairs each desired slice with an existing one to update, if any: by name
+/// when the desired slice is named, else first by equal content, then by order.
+fn pair(desired: &[ResourceSlice], existing: &[ResourceSlice]) -> Vec<Option<usize>> {
+    let mut taken = BTreeSet::new();
+    let mut pairs = vec![None; desired.len()];
+    let named = |d: &ResourceSlice| d.metadata.name.clone().filter(|n| !n.is_empty());
+    for (i, d) in desired.iter().enumerate() {
+        if let Some(name) = named(d) {
+            pairs[i] = existing
+                .iter()
+                .position(|e| e.metadata.name.as_ref() == Some(&name));
+            taken.extend(pairs[i]);
+        }
+    }
+    let reserved: BTreeSet<&String> = desired
+        .iter()
+        .filter_map(|d| d.metadata.name.as_ref())
+        .collect();
+    let free = |j: usize, taken: &BTreeSet<usize>| {
+        !taken.contains(&j)
+            && existing[j]
+                .metadata
+                .name
+                .as_ref()
+                .is_none_or(|n| !reserved.contains(n))
+    };
+    for pass in [true, false] {
+        for (i, d) in desired
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| named(d).is_none())
+        {
+            if pairs[i].is_some() {
+                continue;
+            }
+            let found = (0..existing.len())
+                .find(|&j| free(j, &taken) && (!pass || content(&existing[j]) == content(d)));
+            pairs[i] = found;
+            taken.extend(found);
+        }
+    }
+    pairs
+}
+
+/// Plans the sync of one pool. `desired` carries no owner; `owner` is the
+/// Node reference every published slice gets.
+pub fn plan(existing: &[ResourceSlice], desired: &[ResourceSlice], owner: &OwnerReference) -> Plan {
+    let current = max_generation(existing);
+    let count = desired.len() as i64;
+    let wanted: Vec<ResourceSlice> = desired
+        .iter()
+        .map(|d| stamped(d, current, count, owner))
+        .collect();
+    if holds(existing, &contents(&wanted)) {
+        return Plan::Unchanged {
+            generation: current,
+        };
+    }
+    let requested = desired
+        .iter()
+        .map(|d| d.spec.pool.generation)
+        .max()
+        .unwrap_or(0);
+    let generation = (current + 1).max(requested).max(1);
+    let pairs = pair(&wanted, existing);
+    let mut writes = Vec::with_capacity(desired.len() + existing.len());
+    for (d, paired) in desired.iter().zip(&pairs) {
+        let mut slice = stamped(d, generation, count, owner);
+        match paired {
+            Some(j) => {
+                let old = &existing[*j];
+                slice.metadata.name = old.metadata.name.clone();
+                slice.metadata.resource_version = old.metadata.resource_version.clone();
+                keep_taint_times(&mut slice, old);
+                writes.push(Write::Update(slice));
+            }
+            None => writes.push(Write::Create(slice)),
+        }
+    }
+    let used: BTreeSet<usize> = pairs.iter().flatten().copied().collect();
+    let stale = (0..existing.len()).filter(|j| !used.contains(j));
+    writes.extend(stale.map(|j| Write::Delete(existing[j].clone())));
+    Plan::Publish { generation, writes }
+}
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,0 +1,158 @@
+//! The publish loop: publish at start, then again whenever the followed
+//! inventory changes, after bursts of link events, and on a periodic resync
+//! (which also repairs slices someone else changed or deleted), until
+//! shutdown.
+//!
+//! Triggers come in on channels so any source can feed them: the agent's
+//! refresh loop (a `watch` of the inventory), a netlink listener or a test
+//! (link events). A failed build or publish is logged and leaves the last
+//! published slices in place; the next trigger tries again.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{debug, error, info};
+
+use super::{PublishOutcome, SlicePublisher};
+
+/// A network link changed state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkEvent {
+    /// Interface name (`ens1f0np0`, ...).
+    pub ifname: String,
+    /// Whether the link is now up (operationally).
+    pub up: bool,
+}
+
+/// What makes the loop publish, and where it reports.
+#[derive(Debug)]
+pub struct RunOptions<T> {
+    /// Period of the resync.
+    pub resync_every: Duration,
+    /// A followed value (the inventory): each change triggers a publish.
+    pub follow: Option<watch::Receiver<T>>,
+    /// Link events; a burst collapses into one publish.
+    pub links: Option<mpsc::Receiver<LinkEvent>>,
+    /// Quiet time after a link event before publishing.
+    pub debounce: Duration,
+    /// Receives the result of every sync (tests, health reporting).
+    pub reports: Option<mpsc::UnboundedSender<Result<PublishOutcome, String>>>,
+}
+
+impl<T> RunOptions<T> {
+    /// Resync every `resync_every`, no other trigger, 500 ms debounce.
+    pub fn new(resync_every: Duration) -> Self {
+        Self {
+            resync_every,
+            follow: None,
+            links: None,
+            debounce: Duration::from_millis(500),
+            reports: None,
+        }
+    }
+}
+
+/// Why a sync runs (for the logs).
+#[derive(Debug, Clone, Copy)]
+enum Trigger {
+    Startup,
+    Periodic,
+    Changed,
+    Link,
+}
+
+async fn sync<F, T>(
+    publisher: &mut SlicePublisher,
+    build: &mut F,
+    trigger: Trigger,
+    options: &RunOptions<T>,
+) where
+    F: FnMut() -> anyhow::Result<Vec<ResourceSlice>>,
+{
+    debug!(?trigger, "building desired resource slices");
+    let result = match build() {
+        Ok(desired) => publisher
+            .publish(&desired)
+            .await
+            .map_err(anyhow::Error::from),
+        Err(e) => Err(e.context("failed to build the desired resource slices")),
+    };
+    if let Err(e) = &result {
+        error!(
+            ?trigger,
+            error = format!("{e:#}"),
+            "resource slices not published; keeping the last ones"
+        );
+    }
+    if let Some(reports) = &options.reports {
+        let _ = reports.send(result.map_err(|e| format!("{e:#}")));
+    }
+}
+
+/// Waits for the next link event; pending forever once there is no source.
+async fn next_link(links: &mut Option<mpsc::Receiver<LinkEvent>>) -> Option<LinkEvent> {
+    match links {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Drains events that arrive within `debounce` of the previous one.
+async fn settle(links: &mut Option<mpsc::Receiver<LinkEvent>>, debounce: Duration) {
+    while let Ok(Some(event)) = tokio::time::timeout(debounce, next_link(links)).await {
+        debug!(ifname = %event.ifname, up = event.up, "link event");
+    }
+}
+
+/// Waits for the followed value to change; pending forever once there is none.
+async fn next_change<T>(follow: &mut Option<watch::Receiver<T>>) -> bool {
+    match follow {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs until `shutdown` completes; returns the publisher. `build` produces
+/// the desired slices from the current inventory.
+pub async fn run<F, T>(
+    mut publisher: SlicePublisher,
+    mut build: F,
+    mut options: RunOptions<T>,
+    shutdown: impl Future<Output = ()>,
+) -> SlicePublisher
+where
+    F: FnMut() -> anyhow::Result<Vec<ResourceSlice>>,
+{
+    tokio::pin!(shutdown);
+    let every = options.resync_every;
+    let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut links = options.links.take();
+    let mut follow = options.follow.take();
+    sync(&mut publisher, &mut build, Trigger::Startup, &options).await;
+    loop {
+        let trigger = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            alive = next_change(&mut follow) => match alive {
+                true => Trigger::Changed,
+                false => { follow = None; continue }
+            },
+            event = next_link(&mut links) => match event {
+                Some(event) => {
+                    debug!(ifname = %event.ifname, up = event.up, "link event");
+                    settle(&mut links, options.debounce).await;
+                    Trigger::Link
+                }
+                None => { links = None; continue }
+            },
+            _ = ticks.tick() => Trigger::Periodic,
+        };
+        sync(&mut publisher, &mut build, trigger, &options).await;
+    }
+    info!("resource slice publisher stopped");
+    publisher
+}

@@ -1,0 +1,5 @@
+//! Cases of the publisher tests, by theme, over shared fixtures.
+
+mod faults;
+mod fixtures;
+mod publish;
