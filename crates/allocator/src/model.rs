@@ -272,6 +272,24 @@ impl SliceInfo {
     pub(crate) fn parse(slice: &ResourceSlice) -> Result<SliceInfo, InputError> {
         let name = slice.metadata.name.clone().unwrap_or_default();
         let spec = &slice.spec;
+        let bad = |reason: &str| InputError::Slice {
+            slice: name.clone(),
+            reason: reason.to_owned(),
+        };
+        if spec.driver.is_empty() {
+            return Err(bad("spec.driver is empty"));
+        }
+        if spec.pool.name.is_empty() {
+            return Err(bad("spec.pool.name is empty"));
+        }
+        if spec.pool.resource_slice_count < 1 || spec.pool.generation < 0 {
+            return Err(bad(
+                "spec.pool needs resourceSliceCount >= 1 and generation >= 0",
+            ));
+        }
+        if spec.devices.iter().flatten().any(|d| d.name.is_empty()) {
+            return Err(bad("a device has no name"));
+        }
         let api_devices = spec.devices.as_deref().unwrap_or_default();
         let devices = api_devices
             .iter()
