@@ -6,7 +6,9 @@
 //! any overlap ([`Assignment::check`]); when a function appears later and
 //! overlaps, it is offered by neither path and reported.
 
-use topology::{Inventory, PciAddress};
+use std::collections::BTreeSet;
+
+use topology::{FunctionKind, Inventory, PciAddress};
 
 use super::config::{ClassicConfig, ResourceName};
 use super::device::ClassicDevice;
@@ -132,6 +134,22 @@ pub fn assign(config: &ClassicConfig, inventory: &Inventory) -> Assignment {
     out
 }
 
+/// The inventory the DRA path may publish while the classic path runs:
+/// only the functions left to DRA (never an overlapping one), with the GPU
+/// links and PF `vfs` lists trimmed to match.
+pub fn dra_share(config: &ClassicConfig, inventory: &Inventory) -> Inventory {
+    let kept: BTreeSet<PciAddress> = assign(config, inventory).dra.into_iter().collect();
+    let mut share = inventory.clone();
+    share.nics.retain(|n| kept.contains(&n.address));
+    share.links.retain(|l| kept.contains(&l.nic));
+    for nic in &mut share.nics {
+        if let FunctionKind::Pf { vfs, .. } = &mut nic.kind {
+            vfs.retain(|v| kept.contains(v));
+        }
+    }
+    share
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -170,6 +188,25 @@ mod tests {
         assert_eq!(ids(&a.resources[0]), ["0000:0c:00.0", "0000:0d:00.0"]);
         assert_eq!(a.dra.len(), 16);
         assert_eq!(a.unclaimed.len(), 6);
+    }
+
+    #[test]
+    fn dra_share_holds_only_devices_left_to_dra() {
+        let c = config(
+            "resources:\n  - name: amd.com/vnic\n    selectors: {pciIds: [\"1dd8:1003\"]}\ndra:\n  pciIds: [\"1dd8:1002\"]\n",
+        );
+        let share = dra_share(&c, &two_socket_node());
+        assert_eq!(share.nics.len(), 8);
+        assert!(share.nics.iter().all(|n| n.is_pf()));
+        // The PFs' VFs went to amd.com/vnic, so DRA sees PFs without VFs.
+        assert!(
+            share
+                .nics
+                .iter()
+                .all(|n| matches!(&n.kind, FunctionKind::Pf { vfs, .. } if vfs.is_empty()))
+        );
+        let none = dra_share(&ClassicConfig::default(), &two_socket_node());
+        assert!(none.nics.is_empty());
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use allocate::{
     AllocateError, AllocateOptions, CDI_KIND, CDI_RDMA_CM_DEVICE, ContainerAllocation, DeviceNode,
     cdi_device_name, container_allocation, function_char_devices,
 };
-pub use assign::{Assignment, Overlap, OverlapError, ResourceDevices, assign};
+pub use assign::{Assignment, Overlap, OverlapError, ResourceDevices, assign, dra_share};
 pub use config::{CharDeviceOptions, ClassicConfig, ConfigError, ResourceName, ResourceSpec};
 pub use device::{ClassicDevice, DeviceRole, Health};
 pub use preferred::{PreferenceError, SetCost, preferred_allocation};

@@ -140,7 +140,10 @@ fn a_card_under_a_switch_is_not_penalised_twice() {
     ]);
     let a = assign(&ClassicConfig::default(), &inv);
     let vfs = a.resource("amd.com/vnic").unwrap().devices.clone();
-    assert_eq!(prefer(&vfs, &all_ids(&vfs), &[], 2), ["0000:0c:00.1", "0000:0c:00.2"]);
+    assert_eq!(
+        prefer(&vfs, &all_ids(&vfs), &[], 2),
+        ["0000:0c:00.1", "0000:0c:00.2"]
+    );
 }
 
 #[test]
