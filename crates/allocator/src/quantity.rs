@@ -241,9 +241,12 @@ impl PartialOrd for Quantity {
 impl fmt::Display for Quantity {
     /// Canonical-ish form: a plain decimal number without suffix.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !(-40..=18).contains(&self.exponent) {
+            return write!(f, "{}e{}", self.mantissa, self.exponent);
+        }
         if self.exponent >= 0 {
             write!(f, "{}", self.mantissa)?;
-            for _ in 0..self.exponent.min(60) {
+            for _ in 0..self.exponent {
                 f.write_str("0")?;
             }
             return Ok(());
@@ -359,6 +362,8 @@ mod tests {
         assert!((q("1.25").as_f64() - 1.25).abs() < 1e-12);
         assert_eq!(q("1.5Ki").to_string(), "1536");
         assert_eq!(q("-0.05").to_string(), "-0.05");
+        assert_eq!(q("3e40").to_string(), "3e40");
+        assert_eq!(Quantity::parse(&q("3e40").to_string()).unwrap(), q("3e40"));
         assert_eq!(
             q("11G").round_up_to_step(&q("10G"), &q("4G")),
             Some(q("14G"))

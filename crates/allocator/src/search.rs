@@ -445,17 +445,16 @@ impl<'c, 'a> Search<'c, 'a> {
         for &i in undo.constraints.iter().rev() {
             self.constraints[undo.claim][i].remove_last();
         }
-        if undo.exclusive {
-            if let Some(claims) = self.allocating.get_mut(&undo.candidate) {
-                if let Some(pos) = claims.iter().rposition(|&x| x == undo.claim) {
-                    claims.remove(pos);
-                }
-            }
+        if undo.exclusive
+            && let Some(claims) = self.allocating.get_mut(&undo.candidate)
+            && let Some(pos) = claims.iter().rposition(|&x| x == undo.claim)
+        {
+            claims.remove(pos);
         }
-        if let Some(amount) = &undo.capacity {
-            if let Some(total) = self.allocating_capacity.get_mut(&undo.candidate) {
-                capacity::sub_from(total, amount);
-            }
+        if let Some(amount) = &undo.capacity
+            && let Some(total) = self.allocating_capacity.get_mut(&undo.candidate)
+        {
+            capacity::sub_from(total, amount);
         }
         if undo.counters {
             self.release_counters(undo.candidate);

@@ -81,7 +81,7 @@ mod tests {
             &toleration("ainic.amd.com/unhealthy", "Exists", "", "NoExecute"),
             &t
         ));
-        assert!(!all_tolerated(&[t.clone()], &[]));
+        assert!(!all_tolerated(std::slice::from_ref(&t), &[]));
         assert!(all_tolerated(&[], &[]));
     }
 }

@@ -131,7 +131,7 @@ fn devices_of_allocated_claims_are_in_use() {
     let out = allocate(
         &slices,
         &classes,
-        &[held.clone()],
+        std::slice::from_ref(&held),
         "n1",
         &[claim("b", json!([exactly("g", "gpu", 1)]), json!([]))],
     )

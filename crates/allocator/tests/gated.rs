@@ -145,7 +145,15 @@ fn shared_counters_make_pf_and_vfs_exclusive() {
     let classes = [class("nic", "ainic.amd.com")];
     let node = NodeFacts::named("n1");
     let pf = claim("pf", json!([exactly("nic", "nic", 1)]), json!([]));
-    let out = allocate_with(f, &[pf_and_vfs()], &classes, &[], &node, &[pf.clone()]).unwrap();
+    let out = allocate_with(
+        f,
+        &[pf_and_vfs()],
+        &classes,
+        &[],
+        &node,
+        std::slice::from_ref(&pf),
+    )
+    .unwrap();
     assert_eq!(names(&out[0]), ["pf-0"]);
     let held = allocated(pf, out[0].clone());
     let err = failure(allocate_with(

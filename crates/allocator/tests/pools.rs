@@ -194,7 +194,7 @@ fn per_device_node_selection_needs_partitionable_devices() {
         &classes,
         &[],
         &NodeFacts::named("n1"),
-        &[two.clone()],
+        std::slice::from_ref(&two),
     )
     .unwrap();
     assert_eq!(names(&out[0]), ["near", "everywhere"]);

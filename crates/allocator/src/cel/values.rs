@@ -69,7 +69,7 @@ impl Val for SemverVal {
 }
 impl StaticVal for SemverVal {}
 
-fn key<'a>(idx: &'a dyn Val) -> Result<&'a str, ExecutionError> {
+fn key(idx: &dyn Val) -> Result<&str, ExecutionError> {
     idx.downcast_ref::<CelString>()
         .map(|s| s.inner())
         .ok_or_else(|| ExecutionError::UnexpectedType {
