@@ -1,0 +1,44 @@
+//! Discovery of the large SR-IOV node: 8 Pollara PFs × 256 VFs each, with
+//! one MI300X per PCIe switch (2,056 NIC functions, 16,448 GPU–NIC links).
+//!
+//! The tree is rendered once, on tmpfs (`/dev/shm`) when available since
+//! real sysfs lives in memory too; only `discover` is measured.
+
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use testkit::fixture::sriov_node;
+use topology::{DiscoveryConfig, discover};
+
+fn temp_root() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::tempdir_in(shm)
+    {
+        return dir;
+    }
+    tempfile::tempdir().expect("a temp dir")
+}
+
+fn bench_discover(c: &mut Criterion) {
+    let root = temp_root();
+    sriov_node(8, 256)
+        .render(root.path())
+        .expect("the benchmark node renders");
+    let config = DiscoveryConfig::default();
+    let inventory = discover(root.path(), &config).expect("discovery runs");
+    assert_eq!(inventory.nics.len(), 8 * 257, "{:?}", inventory.warnings);
+    assert!(inventory.warnings.is_empty(), "{:?}", inventory.warnings);
+    let mut group = c.benchmark_group("discover");
+    group.sample_size(20);
+    group.bench_function("8pf_x_256vf", |b| {
+        b.iter(|| discover(black_box(root.path()), &config).expect("discovery runs"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_discover);
+criterion_main!(benches);
