@@ -329,3 +329,17 @@ async fn watch_streams_current_objects_then_changes() {
         "{next:?}"
     );
 }
+
+#[tokio::test]
+async fn dropped_device_fields_are_removed_on_write() {
+    let server = ApiServer::start().await.unwrap();
+    server.drop_device_field("allowMultipleAllocations");
+    let mut s = slice("s", false, "n1", "d");
+    s.spec.devices.as_mut().unwrap()[0].allow_multiple_allocations = Some(true);
+    let api: Api<ResourceSlice> = Api::all(server.client());
+    let created = api.create(&PostParams::default(), &s).await.unwrap();
+    assert_eq!(
+        created.spec.devices.unwrap()[0].allow_multiple_allocations,
+        None
+    );
+}

@@ -243,3 +243,31 @@ async fn missing_node_is_reported_without_writes() {
     );
     assert_eq!(server.writes(), 0);
 }
+
+#[tokio::test]
+async fn fields_the_server_drops_do_not_cause_endless_rewrites() {
+    let server = server().await;
+    server.drop_device_field("allowMultipleAllocations");
+    let (mut publisher, _) = publisher(&server, "n1");
+    let mut devs = devices("pf", 2);
+    devs[0].allow_multiple_allocations = Some(true);
+    assert!(
+        publisher
+            .publish(&pool("n1", &devs, 2))
+            .await
+            .unwrap()
+            .changed
+    );
+    server.clear_requests();
+    let again = publisher.publish(&pool("n1", &devs, 2)).await.unwrap();
+    assert!(!again.changed);
+    assert_eq!(server.writes(), 0);
+    // A real change is still published.
+    devs.push(device("pf-2", true));
+    let changed = publisher.publish(&pool("n1", &devs, 2)).await.unwrap();
+    assert_eq!(
+        (changed.generation, changed.updated, changed.created),
+        (2, 1, 1)
+    );
+    assert_pool(&server, "n1", 2, &names(&devs));
+}

@@ -28,6 +28,7 @@ mod resources;
 mod selectors;
 mod status;
 mod store;
+mod strategy;
 mod watch;
 
 use std::net::SocketAddr;
@@ -183,6 +184,14 @@ impl ApiServer {
     /// Forgets the request log (e.g. after a test's setup phase).
     pub fn clear_requests(&self) {
         lock(&self.shared.log).clear();
+    }
+
+    /// Makes the server behave as if the feature behind a ResourceSlice
+    /// device field were disabled: the field is silently dropped from every
+    /// device on create and update, as upstream drops disabled fields.
+    pub fn drop_device_field(&self, field: &str) {
+        let mut store = lock(&self.shared.store);
+        store.strategy.dropped_device_fields.push(field.to_string());
     }
 
     /// The store's current resourceVersion.

@@ -7,13 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
 
 use super::patch::{json_patch, merge_patch};
 use super::resources::{ResourceType, lookup};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::status::ApiError;
+use super::strategy::{Strategy, now};
 
 /// `(plural, namespace or "", name)`.
 type Key = (String, String, String);
@@ -36,6 +36,8 @@ pub(crate) struct Store {
     objects: BTreeMap<Key, Value>,
     rng: u64,
     events: Vec<StoredEvent>,
+    /// Type-specific write rules.
+    pub strategy: Strategy,
 }
 
 fn key(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
@@ -45,10 +47,6 @@ fn key(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
         ""
     };
     (rt.plural.to_string(), ns.to_string(), name.to_string())
-}
-
-fn now() -> Value {
-    serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now())).unwrap_or(Value::Null)
 }
 
 fn str_field<'a>(obj: &'a Value, path: &str) -> &'a str {
@@ -65,26 +63,6 @@ fn is_dns_subdomain(name: &str) -> bool {
         && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
 }
 
-/// Sets `timeAdded` on ResourceSlice device taints that lack it, as upstream does.
-fn default_taint_times(rt: &ResourceType, obj: &mut Value) {
-    if rt.plural != "resourceslices" {
-        return;
-    }
-    let Some(devices) = obj
-        .pointer_mut("/spec/devices")
-        .and_then(Value::as_array_mut)
-    else {
-        return;
-    };
-    let taints = devices
-        .iter_mut()
-        .filter_map(|d| d.get_mut("taints").and_then(Value::as_array_mut))
-        .flatten();
-    for taint in taints.filter(|t| t.get("timeAdded").is_none()) {
-        taint["timeAdded"] = now();
-    }
-}
-
 impl Store {
     /// An empty store; `seed` varies the generated names and uids.
     pub fn new(seed: u64) -> Self {
@@ -93,6 +71,7 @@ impl Store {
             objects: BTreeMap::new(),
             rng: seed | 1,
             events: Vec::new(),
+            strategy: Strategy::default(),
         }
     }
 
@@ -269,7 +248,7 @@ impl Store {
         if rt.has_status && !keep_status {
             obj.as_object_mut().map(|o| o.remove("status"));
         }
-        default_taint_times(rt, &mut obj);
+        self.strategy.prepare(rt, &mut obj);
         self.objects.insert(k, obj.clone());
         self.record("ADDED", rt, &obj);
         Ok(obj)
@@ -277,6 +256,7 @@ impl Store {
 
     /// Merges the submitted object with the stored one as the registry does.
     fn merged_for_update(
+        strategy: &Strategy,
         rt: &ResourceType,
         old: &Value,
         new: Value,
@@ -313,7 +293,7 @@ impl Store {
                 .as_object_mut()
                 .map(|m| m.remove("namespace"));
         }
-        default_taint_times(rt, &mut result);
+        strategy.prepare(rt, &mut result);
         Ok(result)
     }
 
@@ -338,7 +318,7 @@ impl Store {
         if !body_rv.is_empty() && body_rv != str_field(&old, "metadata.resourceVersion") {
             return Err(ApiError::modified(rt, name));
         }
-        let mut result = Self::merged_for_update(rt, &old, new, subresource)?;
+        let mut result = Self::merged_for_update(&self.strategy, rt, &old, new, subresource)?;
         result["metadata"]["name"] = json!(name);
         if result == old {
             return Ok(old); // a no-op update does not change resourceVersion

@@ -11,20 +11,21 @@
 //! sync re-lists, so partial progress is never lost or duplicated.
 //!
 //! The publisher does not build slices: the caller passes them in (from
-//! `dra-model`). [`run`] re-publishes on periodic rescans and link events.
+//! `dra-model`). [`run`] re-publishes on inventory changes, link events and
+//! periodic resyncs. The list-compare-write pass itself is in `sync`.
 
 mod backoff;
 mod metrics;
 mod plan;
 mod run;
+mod sync;
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
-use tracing::{Instrument, debug, info, info_span, warn};
+use kube::api::Api;
+use tracing::{Instrument, info_span, warn};
 
 pub use backoff::{Backoff, Sleeper, TokioSleeper};
 pub use metrics::{PublisherMetrics, SyncResult, WriteOp};
@@ -113,6 +114,7 @@ pub struct SlicePublisher {
     config: PublisherConfig,
     sleeper: Arc<dyn Sleeper>,
     metrics: PublisherMetrics,
+    last: Option<sync::LastPublished>,
 }
 
 impl SlicePublisher {
@@ -124,6 +126,7 @@ impl SlicePublisher {
             config,
             sleeper: Arc::new(TokioSleeper),
             metrics: PublisherMetrics::default(),
+            last: None,
         }
     }
 
@@ -218,157 +221,5 @@ impl SlicePublisher {
             }),
             None => Ok(()),
         }
-    }
-
-    fn api_error(&self, action: &'static str) -> impl FnOnce(kube::Error) -> PublishError + '_ {
-        move |source| PublishError::Api {
-            action,
-            node: self.config.node_name.clone(),
-            source,
-        }
-    }
-
-    async fn list_existing(&self) -> Result<Vec<ResourceSlice>, PublishError> {
-        let fields = format!(
-            "spec.nodeName={},spec.driver={}",
-            self.config.node_name, self.config.driver_name
-        );
-        let list = self
-            .slices
-            .list(&ListParams::default().fields(&fields))
-            .await;
-        Ok(list.map_err(self.api_error("list"))?.items)
-    }
-
-    /// The owner reference to our Node; `uid` empty when not looked up.
-    fn owner(&self, uid: String) -> OwnerReference {
-        OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: self.config.node_name.clone(),
-            uid,
-            controller: Some(true),
-            ..Default::default()
-        }
-    }
-
-    async fn node_uid(&self) -> Result<String, PublishError> {
-        match self.nodes.get(&self.config.node_name).await {
-            Ok(node) => Ok(node.metadata.uid.unwrap_or_default()),
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                Err(PublishError::NodeNotFound {
-                    node: self.config.node_name.clone(),
-                })
-            }
-            Err(source) => Err(self.api_error("get node")(source)),
-        }
-    }
-
-    /// One list-compare-write pass.
-    async fn sync_once(&self, desired: &[ResourceSlice]) -> Result<PublishOutcome, PublishError> {
-        let existing = self.list_existing().await?;
-        let mut outcome = PublishOutcome {
-            changed: false,
-            generation: 0,
-            created: 0,
-            updated: 0,
-            deleted: 0,
-            attempts: 0,
-        };
-        // Compare first without the node uid: no read of the Node when nothing changed.
-        let (generation, writes) = match plan::plan(&existing, desired, &self.owner(String::new()))
-        {
-            Plan::Unchanged { generation } => {
-                debug!(
-                    generation,
-                    slices = existing.len(),
-                    "resource slices up to date"
-                );
-                return Ok(PublishOutcome {
-                    generation,
-                    ..outcome
-                });
-            }
-            Plan::Publish { .. } => {
-                match plan::plan(&existing, desired, &self.owner(self.node_uid().await?)) {
-                    Plan::Publish { generation, writes } => (generation, writes),
-                    Plan::Unchanged { generation } => {
-                        return Ok(PublishOutcome {
-                            generation,
-                            ..outcome
-                        });
-                    }
-                }
-            }
-        };
-        for write in writes {
-            self.apply(write, &mut outcome).await?;
-        }
-        info!(
-            generation,
-            created = outcome.created,
-            updated = outcome.updated,
-            deleted = outcome.deleted,
-            "published resource slices"
-        );
-        Ok(PublishOutcome {
-            changed: true,
-            generation,
-            ..outcome
-        })
-    }
-
-    async fn apply(&self, write: Write, outcome: &mut PublishOutcome) -> Result<(), PublishError> {
-        let params = PostParams::default();
-        match write {
-            Write::Create(mut slice) => {
-                if slice.metadata.name.is_none() && slice.metadata.generate_name.is_none() {
-                    let prefix = format!("{}-{}-", self.config.node_name, self.config.driver_name);
-                    slice.metadata.generate_name = Some(prefix);
-                }
-                let created = self
-                    .slices
-                    .create(&params, &slice)
-                    .await
-                    .map_err(self.api_error("create"))?;
-                debug!(
-                    slice = created.metadata.name.as_deref(),
-                    "created resource slice"
-                );
-                self.metrics.count_write(WriteOp::Create);
-                outcome.created += 1;
-            }
-            Write::Update(slice) => {
-                let name = slice.metadata.name.clone().unwrap_or_default();
-                self.slices
-                    .replace(&name, &params, &slice)
-                    .await
-                    .map_err(self.api_error("update"))?;
-                debug!(slice = %name, "updated resource slice");
-                self.metrics.count_write(WriteOp::Update);
-                outcome.updated += 1;
-            }
-            Write::Delete(slice) => {
-                let name = slice.metadata.name.clone().unwrap_or_default();
-                let preconditions = Preconditions {
-                    uid: slice.metadata.uid,
-                    resource_version: slice.metadata.resource_version,
-                };
-                let params = DeleteParams {
-                    preconditions: Some(preconditions),
-                    ..Default::default()
-                };
-                match self.slices.delete(&name, &params).await {
-                    Ok(_) => debug!(slice = %name, "deleted stale resource slice"),
-                    Err(kube::Error::Api(status)) if status.code == 404 => {
-                        debug!(slice = %name, "stale resource slice already gone")
-                    }
-                    Err(source) => return Err(self.api_error("delete")(source)),
-                }
-                self.metrics.count_write(WriteOp::Delete);
-                outcome.deleted += 1;
-            }
-        }
-        Ok(())
     }
 }

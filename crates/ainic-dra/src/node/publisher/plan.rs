@@ -170,15 +170,30 @@ fn pair(desired: &[ResourceSlice], existing: &[ResourceSlice]) -> Vec<Option<usi
     pairs
 }
 
+/// The desired slices as they would be stored (owner set, count filled in).
+fn wanted(
+    desired: &[ResourceSlice],
+    generation: i64,
+    owner: &OwnerReference,
+) -> Vec<ResourceSlice> {
+    let count = desired.len() as i64;
+    desired
+        .iter()
+        .map(|d| stamped(d, generation, count, owner))
+        .collect()
+}
+
+/// Sorted contents of the desired slices as they would be stored.
+pub fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec<String> {
+    contents(&wanted(desired, 0, owner))
+}
+
 /// Plans the sync of one pool. `desired` carries no owner; `owner` is the
 /// Node reference every published slice gets.
 pub fn plan(existing: &[ResourceSlice], desired: &[ResourceSlice], owner: &OwnerReference) -> Plan {
     let current = max_generation(existing);
     let count = desired.len() as i64;
-    let wanted: Vec<ResourceSlice> = desired
-        .iter()
-        .map(|d| stamped(d, current, count, owner))
-        .collect();
+    let wanted = wanted(desired, current, owner);
     if holds(existing, &contents(&wanted)) {
         return Plan::Unchanged {
             generation: current,

@@ -1,0 +1,199 @@
+//! One sync pass: list this node's slices, plan, write.
+//!
+//! Besides the plain content comparison, the pass remembers what the API
+//! server stored the last time it published. A server with a feature gate
+//! off drops that feature's fields from stored slices (upstream behaviour);
+//! without the memory every resync would find a difference and rewrite the
+//! whole pool forever. With it, a pool that still looks exactly as the server
+//! stored it for the same desired slices needs no write.
+
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use tracing::{debug, info, warn};
+
+use super::metrics::WriteOp;
+use super::plan::{self, Plan, Write};
+use super::{PublishError, PublishOutcome, SlicePublisher};
+
+/// The last successful publish: what was asked for, what the server stored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct LastPublished {
+    asked: Vec<String>,
+    stored: Vec<String>,
+}
+
+impl SlicePublisher {
+    fn api_error(&self, action: &'static str) -> impl FnOnce(kube::Error) -> PublishError + '_ {
+        move |source| PublishError::Api {
+            action,
+            node: self.config.node_name.clone(),
+            source,
+        }
+    }
+
+    async fn list_existing(&self) -> Result<Vec<ResourceSlice>, PublishError> {
+        let (node, driver) = (&self.config.node_name, &self.config.driver_name);
+        let fields = format!("spec.nodeName={node},spec.driver={driver}");
+        let list = self
+            .slices
+            .list(&ListParams::default().fields(&fields))
+            .await;
+        Ok(list.map_err(self.api_error("list"))?.items)
+    }
+
+    /// The owner reference to our Node; `uid` empty when not looked up.
+    fn owner(&self, uid: String) -> OwnerReference {
+        OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: self.config.node_name.clone(),
+            uid,
+            controller: Some(true),
+            ..Default::default()
+        }
+    }
+
+    /// The Node's uid, read fresh for every publish that writes (a node
+    /// deleted and re-created gets a new uid).
+    async fn node_uid(&self) -> Result<String, PublishError> {
+        match self.nodes.get(&self.config.node_name).await {
+            Ok(node) => Ok(node.metadata.uid.unwrap_or_default()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                Err(PublishError::NodeNotFound {
+                    node: self.config.node_name.clone(),
+                })
+            }
+            Err(source) => Err(self.api_error("get node")(source)),
+        }
+    }
+
+    /// Whether `existing` is exactly what the server stored when we last
+    /// published the same desired slices.
+    fn as_stored_last_time(&self, existing: &[ResourceSlice], asked: &[String]) -> bool {
+        self.last
+            .as_ref()
+            .is_some_and(|last| last.asked == asked && plan::holds(existing, &last.stored))
+    }
+
+    fn remember(&mut self, asked: Vec<String>, stored: &[ResourceSlice]) {
+        let stored = plan::contents(stored);
+        if stored != asked {
+            warn!(
+                "the API server changed the resource slices it stored (fields of a disabled feature dropped?); \
+                 they are not rewritten until the desired slices change"
+            );
+        }
+        self.last = Some(LastPublished { asked, stored });
+    }
+
+    /// One list-compare-write pass.
+    pub(super) async fn sync_once(
+        &mut self,
+        desired: &[ResourceSlice],
+    ) -> Result<PublishOutcome, PublishError> {
+        let existing = self.list_existing().await?;
+        let unchanged = |generation| PublishOutcome {
+            changed: false,
+            generation,
+            created: 0,
+            updated: 0,
+            deleted: 0,
+            attempts: 0,
+        };
+        // Compare without the node uid first: no read of the Node when nothing changed.
+        let probe = self.owner(String::new());
+        let asked = plan::wanted_contents(desired, &probe);
+        if let Plan::Unchanged { generation } = plan::plan(&existing, desired, &probe) {
+            debug!(
+                generation,
+                slices = existing.len(),
+                "resource slices up to date"
+            );
+            return Ok(unchanged(generation));
+        }
+        if self.as_stored_last_time(&existing, &asked) {
+            debug!("resource slices as the API server stored them last time; nothing to write");
+            return Ok(unchanged(plan::max_generation(&existing)));
+        }
+        let owner = self.owner(self.node_uid().await?);
+        let Plan::Publish { generation, writes } = plan::plan(&existing, desired, &owner) else {
+            return Ok(unchanged(plan::max_generation(&existing)));
+        };
+        let mut outcome = PublishOutcome {
+            changed: true,
+            generation,
+            ..unchanged(generation)
+        };
+        let mut stored = Vec::with_capacity(desired.len());
+        for write in writes {
+            stored.extend(self.apply(write, &mut outcome).await?);
+        }
+        let (created, updated, deleted) = (outcome.created, outcome.updated, outcome.deleted);
+        info!(
+            generation,
+            created, updated, deleted, "published resource slices"
+        );
+        self.remember(asked, &stored);
+        Ok(outcome)
+    }
+
+    /// Performs one write; returns the object the server stored, if any.
+    async fn apply(
+        &self,
+        write: Write,
+        outcome: &mut PublishOutcome,
+    ) -> Result<Option<ResourceSlice>, PublishError> {
+        let params = PostParams::default();
+        match write {
+            Write::Create(mut slice) => {
+                if slice.metadata.name.is_none() && slice.metadata.generate_name.is_none() {
+                    let prefix = format!("{}-{}-", self.config.node_name, self.config.driver_name);
+                    slice.metadata.generate_name = Some(prefix);
+                }
+                let created = self
+                    .slices
+                    .create(&params, &slice)
+                    .await
+                    .map_err(self.api_error("create"))?;
+                debug!(
+                    slice = created.metadata.name.as_deref(),
+                    "created resource slice"
+                );
+                self.metrics.count_write(WriteOp::Create);
+                outcome.created += 1;
+                Ok(Some(created))
+            }
+            Write::Update(slice) => {
+                let name = slice.metadata.name.clone().unwrap_or_default();
+                let replaced = self.slices.replace(&name, &params, &slice).await;
+                let updated = replaced.map_err(self.api_error("update"))?;
+                debug!(slice = %name, "updated resource slice");
+                self.metrics.count_write(WriteOp::Update);
+                outcome.updated += 1;
+                Ok(Some(updated))
+            }
+            Write::Delete(slice) => {
+                let name = slice.metadata.name.clone().unwrap_or_default();
+                let preconditions = Preconditions {
+                    uid: slice.metadata.uid,
+                    resource_version: slice.metadata.resource_version,
+                };
+                let params = DeleteParams {
+                    preconditions: Some(preconditions),
+                    ..Default::default()
+                };
+                match self.slices.delete(&name, &params).await {
+                    Ok(_) => debug!(slice = %name, "deleted stale resource slice"),
+                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                        debug!(slice = %name, "stale resource slice already gone")
+                    }
+                    Err(source) => return Err(self.api_error("delete")(source)),
+                }
+                self.metrics.count_write(WriteOp::Delete);
+                outcome.deleted += 1;
+                Ok(None)
+            }
+        }
+    }
+}
