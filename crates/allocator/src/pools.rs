@@ -46,7 +46,7 @@ impl PoolIndex {
             let key = (slice.driver.clone(), slice.pool.clone());
             index.by_pool.entry(key.clone()).or_default().push(i);
             match &slice.node {
-                NodeSelection::NodeName(node) if slice.shared_counters.is_empty() => {
+                NodeSelection::NodeName(node) => {
                     index.by_node.entry(node.clone()).or_default().insert(key);
                 }
                 _ => {
