@@ -1,7 +1,11 @@
 //! Resource pools: slices indexed by pool and node, and the pools one node
 //! can use, gathered as upstream's `GatherPools` does (newest generation
-//! only, incomplete and invalid pools flagged, pools sorted by driver and
-//! name, slices by name).
+//! only, incomplete and invalid pools flagged).
+//!
+//! Order: Kubernetes 1.34 walks pools in Go map order (random) and slices
+//! in informer order; later releases sort pools by driver then pool name
+//! and slices by name so that first-fit is deterministic. That sorted
+//! order is the one used here.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -153,10 +157,9 @@ impl PoolIndex {
             invalid: None,
             counters: CounterSets::new(),
         };
-        if same_generation.len() as i64 != expected {
-            pool.incomplete = true;
-            return Ok(Some(pool));
-        }
+        // As in Kubernetes 1.34, the slices of an incomplete pool that are
+        // present stay usable; only `allocationMode: All` refuses the pool.
+        pool.incomplete = same_generation.len() as i64 != expected;
         relevant.sort_by(|a, b| a.name.cmp(&b.name));
         pool.invalid = duplicate_device(&relevant);
         if features.partitionable_devices && pool.invalid.is_none() {

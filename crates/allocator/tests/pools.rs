@@ -117,7 +117,7 @@ fn only_the_newest_generation_of_a_pool_is_used() {
 }
 
 #[test]
-fn incomplete_pools_are_not_allocated_from_and_block_all_mode() {
+fn incomplete_pools_serve_exact_counts_but_block_all_mode() {
     let mut s = slice(
         "part-1",
         "n1",
@@ -126,14 +126,9 @@ fn incomplete_pools_are_not_allocated_from_and_block_all_mode() {
     );
     s.spec.pool.resource_slice_count = 2;
     let classes = [class("d", "d.example.com")];
-    let err = failure(allocate(
-        std::slice::from_ref(&s),
-        &classes,
-        &[],
-        "n1",
-        &[one("d")],
-    ));
-    assert!(err.contains("incomplete"), "{err}");
+    // Kubernetes 1.34: the slices present are used for ExactCount.
+    let out = allocate(std::slice::from_ref(&s), &classes, &[], "n1", &[one("d")]).unwrap();
+    assert_eq!(names(&out[0]), ["d0"]);
     let all = claim(
         "c",
         json!([{ "name": "d", "exactly": { "deviceClassName": "d", "allocationMode": "All" } }]),
