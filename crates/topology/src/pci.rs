@@ -63,11 +63,11 @@ impl FromStr for PciAddress {
 
 impl fmt::Display for PciAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
+        // `pad` so that width and alignment flags (`{:<13}`) apply in tables.
+        f.pad(&format!(
             "{:04x}:{:02x}:{:02x}.{:x}",
             self.domain, self.bus, self.device, self.function
-        )
+        ))
     }
 }
 
@@ -112,6 +112,7 @@ mod tests {
         assert_eq!(a.to_string(), "0000:0c:00.1");
         let b: PciAddress = "10ab:ff:1f.7".parse().unwrap();
         assert_eq!(b.to_string(), "10ab:ff:1f.7");
+        assert_eq!(format!("[{b:<14}]"), "[10ab:ff:1f.7  ]");
     }
 
     #[test]
