@@ -85,6 +85,8 @@ pub struct DeviceInfo {
     pub(crate) taints: Vec<DeviceTaint>,
     pub(crate) node: NodeSelection,
     pub(crate) has_binding_conditions: bool,
+    /// `bindingConditions` and `bindingFailureConditions`, copied into results.
+    pub(crate) binding: (Vec<String>, Vec<String>),
 }
 
 /// Splits a qualified name into domain and identifier, the driver being the
@@ -180,6 +182,13 @@ impl DeviceInfo {
                 .binding_conditions
                 .as_ref()
                 .is_some_and(|c| !c.is_empty()),
+            binding: (
+                device.binding_conditions.clone().unwrap_or_default(),
+                device
+                    .binding_failure_conditions
+                    .clone()
+                    .unwrap_or_default(),
+            ),
         })
     }
 
@@ -345,5 +354,6 @@ pub(crate) fn test_device(name: &str) -> DeviceInfo {
         taints: vec![],
         node: NodeSelection::Unknown,
         has_binding_conditions: false,
+        binding: (vec![], vec![]),
     }
 }

@@ -87,6 +87,13 @@ impl PoolIndex {
                 pools.push(pool);
             }
         }
+        // Pools with devices that wait for binding conditions come last.
+        pools.sort_by_key(|p| {
+            p.slices
+                .iter()
+                .flat_map(|s| &s.devices)
+                .any(|d| d.has_binding_conditions)
+        });
         Ok(pools)
     }
 

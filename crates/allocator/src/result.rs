@@ -54,6 +54,8 @@ pub(crate) fn build(
             let cand = ctx.candidates[p.candidate];
             let request = spec.full_name();
             let device = cand.device().name.clone();
+            let binding =
+                ctx.features.device_binding_conditions && cand.device().has_binding_conditions;
             DeviceRequestAllocationResult {
                 share_id: p
                     .consumed
@@ -66,6 +68,8 @@ pub(crate) fn build(
                 }),
                 admin_access: spec.admin_access.then_some(true),
                 tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+                binding_conditions: binding.then(|| cand.device().binding.0.clone()),
+                binding_failure_conditions: binding.then(|| cand.device().binding.1.clone()),
                 request,
                 driver: cand.slice.driver.clone(),
                 pool: cand.slice.pool.clone(),
