@@ -74,7 +74,6 @@ pub(crate) fn build(
                 driver: cand.slice.driver.clone(),
                 pool: cand.slice.pool.clone(),
                 device,
-                ..Default::default()
             }
         })
         .collect();
