@@ -2,4 +2,5 @@
 
 mod faults;
 mod fixtures;
+mod netlink;
 mod publish;

@@ -16,6 +16,7 @@
 
 mod backoff;
 mod metrics;
+mod netlink;
 mod plan;
 mod run;
 mod sync;
@@ -29,7 +30,7 @@ use tracing::{Instrument, info_span, warn};
 
 pub use backoff::{Backoff, Sleeper, TokioSleeper};
 pub use metrics::{PublisherMetrics, SyncResult, WriteOp};
-pub use plan::{Plan, Write};
+pub use netlink::{LinkSource, NetlinkLinks};
 pub use run::{LinkEvent, RunOptions, run};
 
 /// Errors of one publish.

@@ -1,0 +1,79 @@
+//! Netlink link events from a real kernel, in a network namespace of our
+//! own: the outer test re-runs the ignored inner test under `unshare -n`, so
+//! the host's links are never touched.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::publisher::{LinkEvent, LinkSource, NetlinkLinks};
+
+const INNER: &str = "publisher_cases::netlink::veth_changes_arrive_as_link_events";
+
+fn ip(args: &[&str]) {
+    let status = Command::new("ip")
+        .args(args)
+        .status()
+        .expect("ip command runs");
+    assert!(status.success(), "ip {args:?} failed");
+}
+
+/// Waits for an event about `ifname` with state `up` (bounded, so a broken
+/// kernel feed fails the test instead of hanging it).
+async fn expect(events: &mut mpsc::Receiver<LinkEvent>, ifname: &str, up: bool) {
+    let wanted = LinkEvent {
+        ifname: ifname.into(),
+        up,
+    };
+    let found = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(event) = events.recv().await {
+            if event == wanted {
+                return true;
+            }
+        }
+        false
+    });
+    assert!(found.await.unwrap_or(false), "no event {wanted:?}");
+}
+
+#[tokio::test]
+#[ignore = "runs only inside its own network namespace, started by link_events_come_from_netlink"]
+async fn veth_changes_arrive_as_link_events() {
+    assert_eq!(
+        std::env::var("AINIC_NETNS_INNER").as_deref(),
+        Ok("1"),
+        "run via the outer test"
+    );
+    let mut events = NetlinkLinks.subscribe().expect("netlink multicast socket");
+    ip(&["link", "add", "v0", "type", "veth", "peer", "name", "v1"]);
+    ip(&["link", "set", "v1", "up"]);
+    ip(&["link", "set", "v0", "up"]);
+    expect(&mut events, "v0", true).await;
+    ip(&["link", "set", "v1", "down"]);
+    expect(&mut events, "v0", false).await;
+}
+
+#[test]
+fn link_events_come_from_netlink() {
+    let probe = Command::new("unshare").args(["-n", "true"]).status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: cannot create a network namespace here (needs root)");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let output = Command::new("unshare")
+        .arg("-n")
+        .arg(exe)
+        .args(["--exact", INNER, "--ignored", "--test-threads=1"])
+        .env("AINIC_NETNS_INNER", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("1 passed"), "inner test did not run: {text}");
+}
