@@ -43,73 +43,85 @@ pub(super) fn check_nesting(expression: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Fails on an identifier that is neither `device` nor bound by a macro.
-pub(super) fn check_identifiers(expr: &IdedExpr) -> Result<(), String> {
-    let mut bound = Vec::new();
-    walk_identifiers(expr, &mut bound)
+/// Fails on an identifier that is neither `device` nor bound by a macro,
+/// and on a call of a function for which `declared` is false.
+pub(super) fn check_identifiers(
+    expr: &IdedExpr,
+    declared: &dyn Fn(&str) -> bool,
+) -> Result<(), String> {
+    let mut walk = Walk {
+        bound: Vec::new(),
+        declared,
+    };
+    walk.expr(expr)
 }
 
-fn walk_identifiers(expr: &IdedExpr, bound: &mut Vec<String>) -> Result<(), String> {
-    match &expr.expr {
-        Expr::Ident(name) => {
-            let known = name == "device"
-                || bound.iter().any(|b| b == name)
-                || TYPE_NAMES.contains(&name.as_str());
-            if known {
-                Ok(())
-            } else {
-                Err(format!("undeclared reference to '{name}'"))
-            }
-        }
-        Expr::Call(call) => {
-            if let Some(target) = &call.target {
-                let namespace =
-                    matches!(&target.expr, Expr::Ident(n) if NAMESPACES.contains(&n.as_str()));
-                if !namespace {
-                    walk_identifiers(target, bound)?;
+struct Walk<'a> {
+    bound: Vec<String>,
+    declared: &'a dyn Fn(&str) -> bool,
+}
+
+impl Walk<'_> {
+    fn expr(&mut self, expr: &IdedExpr) -> Result<(), String> {
+        match &expr.expr {
+            Expr::Ident(name) => self.ident(name),
+            Expr::Call(call) => {
+                let namespace = call.target.as_deref().and_then(|t| match &t.expr {
+                    Expr::Ident(n) if NAMESPACES.contains(&n.as_str()) => Some(n.as_str()),
+                    _ => None,
+                });
+                let name = match namespace {
+                    Some(ns) => format!("{ns}.{}", call.func_name),
+                    None => call.func_name.clone(),
+                };
+                let operator = !name.starts_with(|c: char| c.is_ascii_alphabetic());
+                if !operator && !(self.declared)(&name) {
+                    return Err(format!("undeclared reference to function '{name}'"));
                 }
+                if let (Some(target), None) = (&call.target, namespace) {
+                    self.expr(target)?;
+                }
+                call.args.iter().try_for_each(|a| self.expr(a))
             }
-            call.args
-                .iter()
-                .try_for_each(|a| walk_identifiers(a, bound))
+            Expr::Comprehension(c) => {
+                self.expr(&c.iter_range)?;
+                self.expr(&c.accu_init)?;
+                let depth = self.bound.len();
+                self.bound.push(c.iter_var.clone());
+                self.bound.extend(c.iter_var2.clone());
+                self.bound.push(c.accu_var.clone());
+                let result = [&c.loop_cond, &c.loop_step, &c.result]
+                    .into_iter()
+                    .try_for_each(|e| self.expr(e));
+                self.bound.truncate(depth);
+                result
+            }
+            Expr::Select(select) => self.expr(&select.operand),
+            Expr::List(list) => list.elements.iter().try_for_each(|e| self.expr(e)),
+            Expr::Map(map) => map.entries.iter().try_for_each(|e| self.entry(&e.expr)),
+            Expr::Struct(s) => s.entries.iter().try_for_each(|e| self.entry(&e.expr)),
+            Expr::Literal(_) | Expr::Unspecified => Ok(()),
         }
-        Expr::Comprehension(c) => {
-            walk_identifiers(&c.iter_range, bound)?;
-            walk_identifiers(&c.accu_init, bound)?;
-            let depth = bound.len();
-            bound.push(c.iter_var.clone());
-            bound.extend(c.iter_var2.clone());
-            bound.push(c.accu_var.clone());
-            let result = [&c.loop_cond, &c.loop_step, &c.result]
-                .into_iter()
-                .try_for_each(|e| walk_identifiers(e, bound));
-            bound.truncate(depth);
-            result
-        }
-        Expr::Select(select) => walk_identifiers(&select.operand, bound),
-        Expr::List(list) => list
-            .elements
-            .iter()
-            .try_for_each(|e| walk_identifiers(e, bound)),
-        Expr::Map(map) => map
-            .entries
-            .iter()
-            .try_for_each(|e| walk_entry(&e.expr, bound)),
-        Expr::Struct(s) => s
-            .entries
-            .iter()
-            .try_for_each(|e| walk_entry(&e.expr, bound)),
-        Expr::Literal(_) | Expr::Unspecified => Ok(()),
     }
-}
 
-fn walk_entry(entry: &EntryExpr, bound: &mut Vec<String>) -> Result<(), String> {
-    match entry {
-        EntryExpr::MapEntry(e) => {
-            walk_identifiers(&e.key, bound)?;
-            walk_identifiers(&e.value, bound)
+    fn ident(&self, name: &str) -> Result<(), String> {
+        let known =
+            name == "device" || self.bound.iter().any(|b| b == name) || TYPE_NAMES.contains(&name);
+        if known {
+            Ok(())
+        } else {
+            Err(format!("undeclared reference to '{name}'"))
         }
-        EntryExpr::StructField(f) => walk_identifiers(&f.value, bound),
+    }
+
+    fn entry(&mut self, entry: &EntryExpr) -> Result<(), String> {
+        match entry {
+            EntryExpr::MapEntry(e) => {
+                self.expr(&e.key)?;
+                self.expr(&e.value)
+            }
+            EntryExpr::StructField(f) => self.expr(&f.value),
+        }
     }
 }
 

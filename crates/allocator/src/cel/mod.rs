@@ -56,6 +56,15 @@ fn environment() -> &'static Arc<Env> {
     })
 }
 
+/// Whether the environment declares `name` (a function or namespaced
+/// function), as upstream's type checker requires at compile time.
+fn is_declared(name: &str) -> bool {
+    // Adding a function to a context is refused exactly when the
+    // environment already declares one of that name.
+    let mut probe = Context::with_env(Arc::clone(environment()));
+    probe.add_function(name, || true).is_err()
+}
+
 impl Selector {
     /// Compiles `expression` for the DRA environment.
     pub fn compile(expression: &str) -> Result<Selector, CompileError> {
@@ -76,7 +85,7 @@ impl Selector {
         let program = environment()
             .compile(expression)
             .map_err(|e| invalid(e.to_string().replace('\n', "; ")))?;
-        cost::check_identifiers(program.expression()).map_err(invalid)?;
+        cost::check_identifiers(program.expression(), &is_declared).map_err(invalid)?;
         let estimate = cost::estimate(program.expression());
         if estimate > MAX_COST {
             return Err(too_expensive(format!(

@@ -115,6 +115,39 @@ fn extensions_and_bind() {
 }
 
 #[test]
+fn known_functions_compile_and_unknown_ones_do_not() {
+    let known = [
+        "size('a') == 1 && int('1') == 1 && string(1) == '1' && double(1) == 1.0 && type(1) == int",
+        "'abc'.matches('^a') && 'abc'.contains('b') && 'abc'.startsWith('a') && 'abc'.endsWith('c')",
+        "'a,b'.split(',').join('-') == 'a-b' && 'abc'.indexOf('b') == 1 && 'ABC'.lowerAscii() == 'abc'",
+        "[[1], [2]].flatten().size() == 2 && lists.range(3).size() == 3 && math.least(1, 2) == 1",
+        "[1, 2].exists(x, x == 2) && [1].all(x, x > 0) && [1].map(x, x * 2) == [2] && [1, 2].filter(x, x > 1) == [2]",
+        "isSemver('1.0.0') && isQuantity('1') && dyn(1) == 1",
+    ];
+    for expression in known {
+        assert!(
+            Selector::compile(expression).is_ok(),
+            "{expression}: {:?}",
+            Selector::compile(expression).err()
+        );
+        assert_eq!(eval(expression), Ok(true), "{expression}");
+    }
+    for unknown in [
+        "nosuch(1)",
+        "device.driver.nosuch()",
+        "'a'.reverseIt() == 'a'",
+    ] {
+        assert!(
+            matches!(
+                Selector::compile(unknown),
+                Err(CompileError::Invalid { .. })
+            ),
+            "{unknown}"
+        );
+    }
+}
+
+#[test]
 fn compile_errors_are_reported() {
     assert!(matches!(
         Selector::compile("device.driver =="),
