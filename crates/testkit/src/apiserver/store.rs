@@ -382,3 +382,7 @@ impl Store {
         Ok(gone)
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
