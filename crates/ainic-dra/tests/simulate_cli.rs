@@ -218,6 +218,7 @@ fn assert_invalid(out: &Output, needle: &str) {
     let err = stderr(out);
     assert!(err.contains(needle), "expected {needle:?} in {err}");
     assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
 }
 
 #[test]

@@ -37,8 +37,8 @@ pub struct SimulateArgs {
 
     /// Kubernetes feature gates, upstream syntax, e.g.
     /// `DRAConsumableCapacity=true`. Defaults as in Kubernetes 1.34.
-    #[arg(long, value_name = "NAME=BOOL,...", value_parser = parse_gates, default_value = "")]
-    feature_gates: FeatureGates,
+    #[arg(long, value_name = "NAME=BOOL,...", default_value = "")]
+    feature_gates: String,
 
     /// Files or directories (their *.yaml, *.yml, *.json files) to read.
     #[arg(
@@ -63,9 +63,10 @@ enum Format {
     Json,
 }
 
-fn parse_gates(s: &str) -> Result<FeatureGates, String> {
+/// Parsed here rather than by clap, so that a bad value is one line and exit 2.
+fn parse_gates(s: &str) -> Result<FeatureGates> {
     s.parse()
-        .map_err(|e: dra_model::FeatureGateError| e.to_string())
+        .map_err(|e: dra_model::FeatureGateError| invalid(format!("--feature-gates: {e}")))
 }
 
 /// The allocator's gates from the command line's.
@@ -96,6 +97,7 @@ struct Inputs {
 
 /// Runs the simulation and prints the allocated claims.
 pub fn run(args: SimulateArgs) -> Result<()> {
+    let gates = parse_gates(&args.feature_gates)?;
     let mut inputs = Inputs::default();
     for path in &args.files {
         for file in files_of(path)? {
@@ -107,13 +109,8 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         .claims
         .into_iter()
         .partition(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()));
-    let allocator = Allocator::new(
-        features(&args.feature_gates),
-        &inputs.slices,
-        &inputs.classes,
-        &held,
-    )
-    .map_err(|e| invalid(format!("invalid input: {e}")))?;
+    let allocator = Allocator::new(features(&gates), &inputs.slices, &inputs.classes, &held)
+        .map_err(|e| invalid(format!("invalid input: {e}")))?;
     if pending.is_empty() {
         return Err(invalid(
             "no ResourceClaim without status.allocation in the input: nothing to allocate",
