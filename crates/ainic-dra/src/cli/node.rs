@@ -4,17 +4,16 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
 use super::slices::ModelArgs;
-use crate::node::http::metrics::Metrics;
-use crate::node::plugin::claims::KubeClaims;
+use crate::classic::args::DevicePluginArgs;
+use crate::node::NodeConfig;
+use crate::node::agent::{self, AgentConfig};
 use crate::node::plugin::resolve::Scope;
-use crate::node::{self, NodeConfig};
 
 /// Flags of `ainic-dra node`.
 #[derive(Args, Debug, Clone)]
@@ -60,8 +59,8 @@ pub struct NodeArgs {
     pub state_dir: PathBuf,
 
     /// Address for `/healthz`, `/readyz` and `/metrics`; empty to disable.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = parse_http_addr)]
-    pub http_addr: Option<SocketAddr>,
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = check_http_addr)]
+    pub http_addr: String,
 
     /// Seconds between re-reads of sysfs (health, inventory changes).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
@@ -70,6 +69,10 @@ pub struct NodeArgs {
     /// Flags that shape the published devices.
     #[command(flatten)]
     pub model: ModelArgs,
+
+    /// Flags of the classic device plugin path.
+    #[command(flatten)]
+    pub device_plugin: DevicePluginArgs,
 }
 
 fn parse_http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
@@ -79,6 +82,10 @@ fn parse_http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     s.parse()
         .map(Some)
         .map_err(|e| format!("invalid address {s:?}: {e}"))
+}
+
+fn check_http_addr(s: &str) -> Result<String, String> {
+    parse_http_addr(s).map(|_| s.to_string())
 }
 
 impl NodeArgs {
@@ -94,7 +101,7 @@ impl NodeArgs {
             registry_dir: self.registry_dir.clone(),
             cdi_dir: self.cdi_dir.clone(),
             state_dir: self.state_dir.clone(),
-            http_addr: self.http_addr,
+            http_addr: parse_http_addr(&self.http_addr).expect("checked by clap"),
             refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
         }
     }
@@ -124,13 +131,50 @@ pub fn run(args: NodeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
+    let classic = args.device_plugin.settings(&args.cdi_dir, &args.dev_root)?;
+    let model_args = args.model.clone();
+    let node_name = args.node_name.clone();
+    let config = AgentConfig {
+        node: args.config(),
+        model: Box::new(move |labels| model_args.config(&node_name, labels)),
+        classic,
+    };
     runtime.block_on(async move {
         let client = kube_client(args.kubeconfig.as_ref()).await?;
-        let metrics = Arc::new(Metrics::default());
-        let claims = Arc::new(KubeClaims::new(client.clone()));
-        let _started = node::start(args.config(), claims, metrics).await?;
-        node::shutdown_signal().await;
-        tracing::info!("shutting down");
-        Ok(())
+        agent::run(client, config).await
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        node: NodeArgs,
+    }
+
+    #[test]
+    fn flags_parse_into_a_config() {
+        let w = Wrapper::try_parse_from([
+            "x",
+            "--node-name",
+            "node-a",
+            "--http-addr",
+            "127.0.0.1:9",
+            "--state-dir",
+            "/s",
+        ])
+        .unwrap();
+        let c = w.node.config();
+        assert_eq!(c.scope.pool, "node-a");
+        assert_eq!(c.scope.driver, "ainic.amd.com");
+        assert_eq!(c.http_addr, Some("127.0.0.1:9".parse().unwrap()));
+        assert_eq!(c.state_dir, PathBuf::from("/s"));
+        let off = Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", ""]).unwrap();
+        assert_eq!(off.node.config().http_addr, None);
+        assert!(Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", "nope"]).is_err());
+    }
 }

@@ -10,6 +10,7 @@
 //! Start-up order: load the checkpoint and reconcile the CDI dir before any
 //! socket is served, so the kubelet's first call sees a consistent state.
 
+pub mod agent;
 pub mod cdi;
 pub mod checkpoint;
 #[cfg(test)]
@@ -36,7 +37,7 @@ use checkpoint::store::CheckpointStore;
 use health::refresh::Refresher;
 use http::metrics::Metrics;
 use plugin::claims::SharedClaims;
-use plugin::registration::{Registration, RegistrationService};
+use plugin::registration::RegistrationService;
 use plugin::resolve::Scope;
 use plugin::{Driver, DriverParts};
 
@@ -65,16 +66,10 @@ pub struct NodeConfig {
     pub refresh_every: Duration,
 }
 
-/// The parts of a started agent that tests and the caller may need.
+/// What the other tasks of the agent follow once the plugin is up.
 pub struct Started {
-    /// The driver core.
-    pub driver: Arc<Driver>,
-    /// Registration status.
-    pub registration: watch::Receiver<Registration>,
-    /// The shared inventory.
+    /// The shared inventory, refreshed every interval.
     pub inventory: watch::Receiver<Arc<Inventory>>,
-    /// Bound HTTP address, if serving.
-    pub http_addr: Option<SocketAddr>,
 }
 
 /// Starts every task of the DRA plugin on the current runtime and returns
@@ -171,27 +166,23 @@ pub async fn start(
     );
     tracing::info!(registration = %reg_socket.display(), "DRA plugin serving");
 
-    let http_addr = match config.http_addr {
+    match config.http_addr {
         Some(addr) => {
             let state = http::HttpState {
                 metrics,
-                registration: registration_rx.clone(),
+                registration: registration_rx,
             };
             let (bound, server) = http::serve(addr, state)
                 .await
                 .with_context(|| format!("failed to listen on {addr}"))?;
             tokio::spawn(server);
             tracing::info!(%bound, "http serving");
-            Some(bound)
         }
-        None => None,
-    };
+        None => tracing::info!("http endpoint disabled"),
+    }
 
     Ok(Started {
-        driver,
-        registration: registration_rx,
         inventory: inventory_rx,
-        http_addr,
     })
 }
 

@@ -106,9 +106,20 @@ impl KubeletSim {
         registry: &Path,
         driver: &str,
     ) -> Result<DraPluginClient, SimError> {
+        const TIMEOUT: Duration = Duration::from_secs(20);
         let socket = registry.join(format!("{driver}-reg.sock"));
-        wait_for_socket(&socket, Duration::from_secs(20)).await?;
-        Self::register(&socket).await
+        wait_for_socket(&socket, TIMEOUT).await?;
+        // A socket file left by a dead plugin refuses connections until the
+        // new process replaces it: retry like the plugin watcher does.
+        let start = std::time::Instant::now();
+        loop {
+            match Self::register(&socket).await {
+                Err(SimError::Dial(_)) if start.elapsed() < TIMEOUT => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Registers the plugin behind the registration socket `socket`: reads

@@ -42,6 +42,7 @@ impl CdiDir {
     }
 
     /// The directory.
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -47,6 +47,7 @@ impl CheckpointStore {
     }
 
     /// Path of the checkpoint file.
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -95,12 +96,6 @@ impl CheckpointStore {
             return Err(e);
         }
         Ok(removed)
-    }
-
-    /// Replaces the whole checkpoint (used by start-up reconciliation).
-    pub async fn replace(&self, checkpoint: Checkpoint) -> Result<(), CheckpointError> {
-        let generation = self.mutate(|c| *c = checkpoint);
-        self.persist(generation).await
     }
 
     fn mutate(&self, change: impl FnOnce(&mut Checkpoint)) -> u64 {

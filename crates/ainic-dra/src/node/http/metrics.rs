@@ -57,7 +57,7 @@ fn latency_histogram() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("ainic_dra");
+        let mut registry = Registry::default();
         let claims = Family::<OperationLabels, Counter>::default();
         let errors = Family::<OperationLabels, Counter>::default();
         let latency = Family::<OperationLabels, Histogram>::new_with_constructor(
@@ -65,24 +65,28 @@ impl Default for Metrics {
         );
         let devices = Family::<StateLabels, Gauge>::default();
         let registered = Gauge::default();
-        registry.register("claims", "Claims handled, by operation", claims.clone());
         registry.register(
-            "claim_errors",
+            "ainic_dra_claims",
+            "Claims handled, by operation",
+            claims.clone(),
+        );
+        registry.register(
+            "ainic_dra_claim_errors",
             "Claims that failed, by operation",
             errors.clone(),
         );
         registry.register(
-            "claim_duration_seconds",
+            "ainic_dra_claim_duration_seconds",
             "Time to prepare or unprepare one claim",
             latency.clone(),
         );
         registry.register(
-            "devices",
+            "ainic_dra_devices",
             "Devices on this node, by health state",
             devices.clone(),
         );
         registry.register(
-            "kubelet_registered",
+            "ainic_dra_kubelet_registered",
             "1 when the kubelet accepted the DRA plugin",
             registered.clone(),
         );
@@ -98,6 +102,11 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The registry, for other components to add their metrics to.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     /// Records one claim handled by `operation`.
     pub fn observe(&self, operation: Operation, took: Duration, ok: bool) {
         let labels = OperationLabels {

@@ -88,11 +88,6 @@ impl Driver {
         }
     }
 
-    /// The driver name and pool.
-    pub fn scope(&self) -> &Scope {
-        &self.parts.scope
-    }
-
     fn claim_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         // Drop locks nobody holds, so the map does not grow with every claim ever seen.

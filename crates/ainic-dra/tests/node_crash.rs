@@ -1,0 +1,175 @@
+//! Crash safety of prepare/unprepare: the agent is killed at chosen points
+//! (fault injection aborts the process, like `kill -9`) or by a real
+//! SIGKILL in the middle of a burst, restarted, and the kubelet's retry
+//! plus unprepare must leave the CDI dir and the checkpoint clean.
+
+mod node_support;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use serde_json::json;
+use testkit::kubelet::ClaimRef;
+
+use node_support::{DRIVER, NODE, World, wait_exit};
+
+const PF0: &str = "pf-0000-04-00-0";
+
+async fn crash_during_prepare(point: &str) {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let claim = world.claim("c", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    let mut agent = world.start_agent(Some(point));
+    let kubelet = world.register().await;
+    assert!(
+        kubelet
+            .prepare_v1(std::slice::from_ref(&claim))
+            .await
+            .is_err(),
+        "{point}: the call dies with the agent"
+    );
+    let status = wait_exit(&mut agent).await;
+    assert_eq!(status.signal(), Some(6), "{point}: aborted (SIGABRT)");
+    drop(agent);
+
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    // Reconciliation ran before the sockets opened: at most the finished claim's spec is there.
+    let expected_after_restart: Vec<String> = if point == "prepare-after-checkpoint" {
+        vec![format!("ainic.amd.com-{}.json", claim.uid)]
+    } else {
+        vec![]
+    };
+    assert_eq!(
+        world.cdi_files(),
+        expected_after_restart,
+        "{point}: after restart"
+    );
+    let retry = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(retry.claims[&claim.uid].error, "", "{point}");
+    assert_eq!(retry.claims[&claim.uid].devices[0].device_name, PF0);
+    assert_eq!(world.cdi_files().len(), 1);
+    kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(
+        world.cdi_files().is_empty(),
+        "{point}: {:?}",
+        world.cdi_files()
+    );
+    assert!(world.checkpoint_claims().is_empty(), "{point}");
+}
+
+async fn crash_during_unprepare(point: &str) {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let claim = world.claim("c", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    {
+        let _agent = world.start_agent(None);
+        let kubelet = world.register().await;
+        let done = kubelet
+            .prepare_v1(std::slice::from_ref(&claim))
+            .await
+            .unwrap();
+        assert_eq!(done.claims[&claim.uid].error, "");
+    } // SIGKILL
+    let mut agent = world.start_agent(Some(point));
+    let kubelet = world.register().await;
+    assert!(
+        kubelet
+            .unprepare_v1(std::slice::from_ref(&claim))
+            .await
+            .is_err(),
+        "{point}"
+    );
+    wait_exit(&mut agent).await;
+    drop(agent);
+
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let retry = kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(retry.claims[&claim.uid].error, "", "{point}");
+    assert!(
+        world.cdi_files().is_empty(),
+        "{point}: {:?}",
+        world.cdi_files()
+    );
+    assert!(world.checkpoint_claims().is_empty(), "{point}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_before_writing_the_cdi_spec() {
+    crash_during_prepare("prepare-before-cdi").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_between_cdi_spec_and_checkpoint() {
+    crash_during_prepare("prepare-after-cdi").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_after_checkpoint_before_answering() {
+    crash_during_prepare("prepare-after-checkpoint").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_the_start_of_unprepare() {
+    crash_during_unprepare("unprepare-before-cdi").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_between_removing_the_spec_and_the_checkpoint_entry() {
+    crash_during_unprepare("unprepare-after-cdi").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_in_the_middle_of_a_burst_then_retry_all() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let devices = [
+        "pf-0000-04-00-0",
+        "pf-0000-24-00-0",
+        "pf-0000-44-00-0",
+        "pf-0000-64-00-0",
+    ];
+    let claims: Vec<ClaimRef> = (0..24)
+        .map(|i| {
+            world.claim(
+                &format!("c{i}"),
+                &[("nic", DRIVER, NODE, devices[i % 4])],
+                json!([]),
+            )
+        })
+        .collect();
+    let mut agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let burst: Vec<_> = claims
+        .iter()
+        .map(|c| {
+            let kubelet = kubelet.clone();
+            let c = c.clone();
+            tokio::spawn(async move { kubelet.prepare_v1(&[c]).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    agent.child.kill().unwrap(); // SIGKILL
+    agent.child.wait().unwrap();
+    for call in burst {
+        let _ = call.await.unwrap();
+    }
+    drop(agent);
+
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let retry = kubelet.prepare_v1(&claims).await.unwrap();
+    assert!(retry.claims.values().all(|r| r.error.is_empty()));
+    assert_eq!(world.cdi_files().len(), claims.len());
+    let undone = kubelet.unprepare_v1(&claims).await.unwrap();
+    assert!(undone.claims.values().all(|r| r.error.is_empty()));
+    assert!(world.cdi_files().is_empty());
+    assert!(world.checkpoint_claims().is_empty());
+}

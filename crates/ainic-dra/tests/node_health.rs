@@ -1,0 +1,90 @@
+//! End to end: the health stream follows link state in sysfs, and the HTTP
+//! endpoint reports liveness, readiness (registration) and metrics.
+
+mod node_support;
+
+use serde_json::json;
+
+use node_support::{DRIVER, NODE, World, http_get};
+
+const HEALTHY: i32 = 1;
+const UNHEALTHY: i32 = 2;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_stream_reports_every_device_and_follows_a_link_going_down() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent_with(None, &["--refresh-interval", "1"]);
+    let kubelet = world.register().await;
+    let mut stream = kubelet.watch_health().await.unwrap();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.devices.len(), 8);
+    assert!(
+        first.devices.iter().all(|d| d.health == HEALTHY),
+        "{first:?}"
+    );
+    let id = first.devices[0].device.clone().unwrap();
+    assert_eq!(
+        (id.pool_name.as_str(), id.device_name.as_str()),
+        (NODE, "pf-0000-04-00-0")
+    );
+
+    std::fs::write(world.sysfs.join("class/net/enp4s0/operstate"), "down\n").unwrap();
+    loop {
+        let next = stream.message().await.unwrap().expect("stream stays open");
+        let pf0 = &next.devices[0];
+        if pf0.health == UNHEALTHY {
+            assert!(pf0.message.contains("enp4s0"), "{pf0:?}");
+            assert!(next.devices[1..].iter().all(|d| d.health == HEALTHY));
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_after_registration_and_metrics_count_claims_and_devices() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let agent = world.start_agent(None);
+    assert_eq!(http_get(&agent.http, "/healthz").await.0, 200);
+    let (status, body) = http_get(&agent.http, "/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    let kubelet = world.register().await;
+    assert_eq!(http_get(&agent.http, "/readyz").await.0, 200);
+
+    let claim = world.claim("c", &[("nic", DRIVER, NODE, "pf-0000-04-00-0")], json!([]));
+    let bad = world.claim("d", &[("nic", DRIVER, NODE, "pf-0000-99-00-0")], json!([]));
+    kubelet.prepare_v1(&[claim.clone(), bad]).await.unwrap();
+    kubelet.unprepare_v1(&[claim]).await.unwrap();
+    let (status, metrics) = http_get(&agent.http, "/metrics").await;
+    assert_eq!(status, 200);
+    for line in [
+        "ainic_dra_claims_total{operation=\"prepare\"} 2",
+        "ainic_dra_claim_errors_total{operation=\"prepare\"} 1",
+        "ainic_dra_claims_total{operation=\"unprepare\"} 1",
+        "ainic_dra_claim_duration_seconds_count{operation=\"prepare\"} 2",
+        "ainic_dra_devices{state=\"healthy\"} 8",
+        "ainic_dra_kubelet_registered 1",
+    ] {
+        assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_publishes_its_pool() {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let mut devices = 0;
+    for _ in 0..250 {
+        let slices: Vec<ResourceSlice> = world.api.list();
+        devices = slices
+            .iter()
+            .filter(|s| s.spec.driver == DRIVER && s.spec.pool.name == NODE)
+            .map(|s| s.spec.devices.as_ref().map_or(0, Vec::len))
+            .sum();
+        if devices > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(devices, 8);
+}

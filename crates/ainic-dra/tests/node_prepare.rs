@@ -1,0 +1,259 @@
+//! End to end: the real `ainic-dra node` binary, the kubelet simulator over
+//! the real sockets, claims served by the API server stand-in, and the
+//! bundled `mi300x-8gpu-8nic` topology.
+
+mod node_support;
+
+use serde_json::{Value, json};
+use testkit::kubelet::ClaimRef;
+
+use node_support::{DRIVER, NODE, World, nic_config};
+
+const PF0: &str = "pf-0000-04-00-0";
+const PF1: &str = "pf-0000-24-00-0";
+
+fn spec_of(world: &World, claim: &ClaimRef) -> Value {
+    let path = world
+        .dirs()
+        .cdi
+        .join(format!("ainic.amd.com-{}.json", claim.uid));
+    let text = std::fs::read_to_string(&path).unwrap();
+    // What a runtime does: parse and validate with the CDI library.
+    container_device_interface::spec::read_spec(&path, 0).expect("spec passes CDI validation");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn env_of(spec: &Value) -> Vec<String> {
+    spec["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusive_claim_round_trip_over_v1() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    assert_eq!(kubelet.info.name, DRIVER);
+    assert!(
+        kubelet
+            .info
+            .endpoint
+            .ends_with("plugins/ainic.amd.com/dra.sock")
+    );
+    assert_eq!(
+        kubelet.info.supported_versions,
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1alpha1.DRAResourceHealth"
+        ]
+    );
+
+    let claim = world.claim("exclusive", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    let answer = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let result = &answer.claims[&claim.uid];
+    assert_eq!(result.error, "");
+    assert_eq!(result.devices.len(), 1);
+    let device = &result.devices[0];
+    assert_eq!(
+        (device.pool_name.as_str(), device.device_name.as_str()),
+        (NODE, PF0)
+    );
+    assert_eq!(device.request_names, ["nic"]);
+    assert_eq!(
+        device.cdi_device_ids,
+        [format!("amd.com/ainic={}-{PF0}", claim.uid)]
+    );
+    assert_eq!(device.share_id, None);
+
+    let spec = spec_of(&world, &claim);
+    let nodes = &spec["devices"][0]["containerEdits"]["deviceNodes"];
+    assert_eq!(nodes[0]["path"], "/dev/infiniband/uverbs0");
+    assert_eq!(
+        nodes.as_array().unwrap().len(),
+        1,
+        "no umad/issm unless asked"
+    );
+    let env = env_of(&spec);
+    assert!(env.contains(&"NCCL_IB_HCA==ionic_0".to_string()), "{env:?}");
+    assert!(env.contains(&"AINIC_NETDEVS=enp4s0".to_string()), "{env:?}");
+    assert!(
+        env.contains(&"AINIC_PCI_ADDRESSES=0000:04:00.0".to_string()),
+        "{env:?}"
+    );
+    assert_eq!(world.checkpoint_claims(), std::slice::from_ref(&claim.uid));
+
+    let undone = kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(undone.claims[&claim.uid].error, "");
+    assert!(world.cdi_files().is_empty());
+    assert!(world.checkpoint_claims().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_device_claim_with_umad_config_and_v1beta1() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let claim = world.claim(
+        "pair",
+        &[
+            ("nics", DRIVER, NODE, PF0),
+            ("nics", DRIVER, NODE, PF1),
+            ("gpu", "gpu.amd.com", NODE, "gpu-0"),
+        ],
+        json!([nic_config("FromClass", json!({"umad": true}))]),
+    );
+    let answer = kubelet
+        .prepare_v1beta1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let result = &answer.claims[&claim.uid];
+    assert_eq!(result.error, "");
+    let names: Vec<&str> = result
+        .devices
+        .iter()
+        .map(|d| d.device_name.as_str())
+        .collect();
+    assert_eq!(names, [PF0, PF1], "only this driver's devices");
+    let spec = spec_of(&world, &claim);
+    assert_eq!(spec["devices"].as_array().unwrap().len(), 2);
+    let nodes = spec["devices"][1]["containerEdits"]["deviceNodes"].to_string();
+    assert!(
+        nodes.contains("/dev/infiniband/uverbs1") && nodes.contains("/dev/infiniband/umad1"),
+        "{nodes}"
+    );
+    assert!(env_of(&spec).contains(&"NCCL_IB_HCA==ionic_0,ionic_1".to_string()));
+
+    let undone = kubelet
+        .unprepare_v1beta1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(undone.claims[&claim.uid].error, "");
+    assert!(world.cdi_files().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_claim_is_prepared_once_for_two_pods() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let claim = world.claim("shared", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    world.api.clear_requests();
+    let pod_a = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let pod_b = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(pod_a, pod_b, "both pods get the same CDI devices");
+    let gets = world
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "resourceclaims")
+        .count();
+    assert_eq!(gets, 1, "the second pod is answered from the checkpoint");
+    assert_eq!(world.cdi_files().len(), 1);
+    // The kubelet unprepares once, after the last pod is gone; the claim may be deleted by then.
+    kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(world.cdi_files().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_claims_get_their_own_error_and_do_not_fail_the_batch() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let good = world.claim("good", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    let other_node = world.claim("elsewhere", &[("nic", DRIVER, "node-b", PF0)], json!([]));
+    let other_driver = world.claim(
+        "gpu-only",
+        &[("gpu", "gpu.amd.com", NODE, "gpu-0")],
+        json!([]),
+    );
+    let unknown_field = world.claim(
+        "typo",
+        &[("nic", DRIVER, NODE, PF1)],
+        json!([nic_config("FromClaim", json!({"umda": true}))]),
+    );
+    let netdev = world.claim(
+        "netdev",
+        &[("nic", DRIVER, NODE, PF1)],
+        json!([nic_config("FromClaim", json!({"mode": "netdev"}))]),
+    );
+    let unallocated = {
+        let claim = serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": "pending"},
+            "spec": {"devices": {"requests": []}},
+        }))
+        .unwrap();
+        world.seed(claim)
+    };
+    let mut stale = good.clone();
+    stale.uid = "00000000-0000-0000-0000-000000000000".into();
+    stale.name = "good".into();
+
+    let all = [
+        &good,
+        &other_node,
+        &other_driver,
+        &unknown_field,
+        &netdev,
+        &unallocated,
+    ];
+    let claims: Vec<ClaimRef> = all.iter().map(|c| (*c).clone()).collect();
+    let answer = kubelet.prepare_v1(&claims).await.unwrap();
+    let error = |c: &ClaimRef| answer.claims[&c.uid].error.clone();
+    assert_eq!(error(&good), "");
+    assert!(
+        error(&other_node).contains("in pool node-a"),
+        "{}",
+        error(&other_node)
+    );
+    assert!(
+        error(&other_driver).contains("no device of driver ainic.amd.com"),
+        "{}",
+        error(&other_driver)
+    );
+    assert!(
+        error(&unknown_field).contains("unknown field `umda`"),
+        "{}",
+        error(&unknown_field)
+    );
+    assert!(
+        error(&netdev).contains("not supported yet"),
+        "{}",
+        error(&netdev)
+    );
+    assert!(
+        error(&unallocated).contains("is not allocated"),
+        "{}",
+        error(&unallocated)
+    );
+    assert_eq!(
+        world.cdi_files(),
+        [format!("ainic.amd.com-{}.json", good.uid)]
+    );
+
+    let answer = kubelet.prepare_v1(&[stale.clone()]).await.unwrap();
+    assert!(
+        answer.claims[&stale.uid]
+            .error
+            .contains("but the kubelet asked for UID")
+    );
+}

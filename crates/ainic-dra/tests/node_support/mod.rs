@@ -1,0 +1,259 @@
+//! Harness for the node agent's end-to-end tests: a bundled topology laid
+//! out as a sysfs tree, the API server stand-in holding ResourceClaims, the
+//! real `ainic-dra node` binary as a child process, and the kubelet
+//! simulator talking to it over its unix sockets.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::{Value, json};
+use testkit::apiserver::ApiServer;
+use testkit::kubelet::{ClaimRef, DraPluginClient, KubeletSim};
+
+/// The driver name.
+pub const DRIVER: &str = "ainic.amd.com";
+/// The node the agent runs as.
+pub const NODE: &str = "node-a";
+
+/// One test's world.
+pub struct World {
+    pub api: ApiServer,
+    pub tmp: tempfile::TempDir,
+    pub sysfs: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+/// Directories of one agent.
+pub struct Dirs {
+    pub registry: PathBuf,
+    pub plugin: PathBuf,
+    pub cdi: PathBuf,
+    pub state: PathBuf,
+    pub dev: PathBuf,
+}
+
+/// A running agent; killed (SIGKILL) when dropped.
+pub struct Agent {
+    pub child: Child,
+    pub http: String,
+    pub log: PathBuf,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl World {
+    /// Renders `topology` (bundled name) and starts the API stand-in with a Node.
+    pub async fn new(topology: &str) -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let sysfs = tmp.path().join("sys");
+        let yaml = testkit::fixture::bundled_by_name(topology).expect("bundled topology");
+        testkit::fixture::Topology::from_yaml(yaml)
+            .unwrap()
+            .render(&sysfs)
+            .unwrap();
+        let api = ApiServer::start().await.unwrap();
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
+        api.seed(&node);
+        let kubeconfig = tmp.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&api.url())).unwrap();
+        World {
+            api,
+            tmp,
+            sysfs,
+            kubeconfig,
+        }
+    }
+
+    /// The agent's directories (created by the agent itself, except dev).
+    pub fn dirs(&self) -> Dirs {
+        let base = self.tmp.path();
+        let dev = base.join("dev");
+        std::fs::create_dir_all(&dev).unwrap();
+        Dirs {
+            registry: base.join("plugins_registry"),
+            plugin: base.join("plugins/ainic.amd.com"),
+            cdi: base.join("cdi"),
+            state: base.join("state"),
+            dev,
+        }
+    }
+
+    /// Starts `ainic-dra node` with `fault` armed (`AINIC_DRA_FAULT`).
+    pub fn start_agent(&self, fault: Option<&str>) -> Agent {
+        self.start_agent_with(fault, &[])
+    }
+
+    /// Like [`World::start_agent`], with extra flags.
+    pub fn start_agent_with(&self, fault: Option<&str>, extra: &[&str]) -> Agent {
+        let d = self.dirs();
+        let http = format!("127.0.0.1:{}", free_port());
+        let log = self.tmp.path().join(format!("agent-{}.log", free_port()));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ainic-dra"));
+        cmd.args(["--log", "info", "node", "--node-name", NODE])
+            .arg("--sysfs-root")
+            .arg(&self.sysfs)
+            .arg("--dev-root")
+            .arg(&d.dev)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--plugin-dir")
+            .arg(&d.plugin)
+            .arg("--registry-dir")
+            .arg(&d.registry)
+            .arg("--cdi-dir")
+            .arg(&d.cdi)
+            .arg("--state-dir")
+            .arg(&d.state)
+            .args(["--http-addr", &http])
+            .args(extra)
+            .env_remove("AINIC_DRA_FAULT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        if let Some(point) = fault {
+            cmd.env("AINIC_DRA_FAULT", point);
+        }
+        Agent {
+            child: cmd.spawn().expect("start ainic-dra node"),
+            http,
+            log,
+        }
+    }
+
+    /// Registers the agent with the kubelet simulator.
+    pub async fn register(&self) -> DraPluginClient {
+        KubeletSim::register_driver(&self.dirs().registry, DRIVER)
+            .await
+            .expect("plugin registers")
+    }
+
+    /// Stores an allocated claim with one result per `(request, driver,
+    /// pool, device)` and the given allocation config; returns its ref.
+    pub fn claim(
+        &self,
+        name: &str,
+        results: &[(&str, &str, &str, &str)],
+        config: Value,
+    ) -> ClaimRef {
+        let results: Vec<Value> = results
+            .iter()
+            .map(|(request, driver, pool, device)| {
+                json!({"request": request, "driver": driver, "pool": pool, "device": device})
+            })
+            .collect();
+        let claim: ResourceClaim = serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": name},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": results, "config": config}}},
+        }))
+        .unwrap();
+        self.seed(claim)
+    }
+
+    /// Stores `claim` as given; returns its ref with the assigned UID.
+    pub fn seed(&self, claim: ResourceClaim) -> ClaimRef {
+        let stored = self.api.seed(&claim);
+        ClaimRef::new(
+            "default",
+            stored.metadata.name.as_deref().unwrap(),
+            stored.metadata.uid.as_deref().unwrap(),
+        )
+    }
+
+    /// Names of the files in the CDI dir.
+    pub fn cdi_files(&self) -> Vec<String> {
+        list(&self.dirs().cdi)
+    }
+
+    /// Claim UIDs in the checkpoint file (empty when there is none).
+    pub fn checkpoint_claims(&self) -> Vec<String> {
+        let path = self.dirs().state.join("checkpoint.json");
+        let Ok(bytes) = std::fs::read(&path) else {
+            return vec![];
+        };
+        let body = &bytes[bytes.iter().position(|b| *b == b'\n').unwrap() + 1..];
+        let v: Value = serde_json::from_slice(body).unwrap();
+        v["claims"].as_object().unwrap().keys().cloned().collect()
+    }
+}
+
+/// A NicConfig allocation-config entry for every request.
+pub fn nic_config(source: &str, fields: Value) -> Value {
+    let mut params = json!({"apiVersion": "ainic.amd.com/v1alpha1", "kind": "NicConfig"});
+    params
+        .as_object_mut()
+        .unwrap()
+        .extend(fields.as_object().unwrap().clone());
+    json!({"source": source, "opaque": {"driver": DRIVER, "parameters": params}})
+}
+
+/// Sorted file names in `dir` (empty if it does not exist).
+pub fn list(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    let mut names: Vec<String> = entries
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits for the child to end on its own (a fault abort).
+pub async fn wait_exit(agent: &mut Agent) -> ExitStatus {
+    for _ in 0..500 {
+        if let Some(status) = agent.child.try_wait().unwrap() {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "agent did not exit; log: {}",
+        std::fs::read_to_string(&agent.log).unwrap_or_default()
+    );
+}
+
+/// A plain HTTP GET against the agent; returns (status, body).
+pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for _ in 0..200 {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
+            let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            let status = out[9..12].parse().unwrap();
+            let body = out
+                .split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default();
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no HTTP server at {addr}");
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn kubeconfig_yaml(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {server}\nusers:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: standin\n    user: test\ncurrent-context: test\n"
+    )
+}
