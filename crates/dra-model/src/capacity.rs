@@ -7,15 +7,15 @@ use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, DeviceCapacity,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use topology::{FunctionKind, Inventory, NicFunction};
+use topology::NicFunction;
 
 use crate::config::ModelConfig;
 use crate::names::{self, capacity};
 use crate::quantity::format_decimal;
 
 /// Link bandwidth of `nic` in bits/s: the netdev speed, else the RDMA port
-/// rate, else (VFs) the PF's. `None` when nothing says.
-pub fn bandwidth_bps(nic: &NicFunction, inventory: &Inventory) -> Option<u64> {
+/// rate, else that of `pf` (its parent, for a VF). `None` when nothing says.
+pub fn bandwidth_bps(nic: &NicFunction, pf: Option<&NicFunction>) -> Option<u64> {
     let from_netdev = nic
         .netdevs
         .iter()
@@ -27,12 +27,9 @@ pub fn bandwidth_bps(nic: &NicFunction, inventory: &Inventory) -> Option<u64> {
             .flat_map(|r| &r.ports)
             .find_map(|p| p.rate.as_deref().and_then(rate_bps))
     };
-    from_netdev.or_else(from_rdma).or_else(|| match nic.kind {
-        FunctionKind::Vf { physfn, .. } => inventory
-            .nic(physfn)
-            .and_then(|pf| bandwidth_bps(pf, inventory)),
-        FunctionKind::Pf { .. } => None,
-    })
+    from_netdev
+        .or_else(from_rdma)
+        .or_else(|| pf.and_then(|pf| bandwidth_bps(pf, None)))
 }
 
 /// `400 Gb/sec (4X NDR)` → 400·10⁹; `2.5 Gb/sec` → 2.5·10⁹.
@@ -54,12 +51,12 @@ fn rate_bps(rate: &str) -> Option<u64> {
     whole.checked_mul(1_000_000_000)?.checked_add(frac_val)
 }
 
-/// The capacities of `nic`; with `shared`, request policies so that a
-/// claim can take a share (default and minimum from the configuration,
-/// never above the capacity).
+/// The capacities of `nic` (`pf`: its parent, for a VF); with `shared`,
+/// request policies so that a claim can take a share (default and minimum
+/// from the configuration, never above the capacity).
 pub fn capacities(
     nic: &NicFunction,
-    inventory: &Inventory,
+    pf: Option<&NicFunction>,
     config: &ModelConfig,
     shared: bool,
 ) -> BTreeMap<String, DeviceCapacity> {
@@ -75,7 +72,7 @@ pub fn capacities(
             },
         );
     };
-    if let Some(bw) = bandwidth_bps(nic, inventory) {
+    if let Some(bw) = bandwidth_bps(nic, pf) {
         put(capacity::BANDWIDTH, bw, opts.shared_min_bandwidth);
     }
     let qps = if nic.is_pf() {
@@ -119,17 +116,15 @@ mod tests {
     fn bandwidth_falls_back_to_rdma_rate_then_pf() {
         let inv = crate::sample::inventory(1, 1);
         let mut pf = inv.nics[0].clone();
-        assert_eq!(bandwidth_bps(&pf, &inv), Some(400_000_000_000));
+        assert_eq!(bandwidth_bps(&pf, None), Some(400_000_000_000));
         pf.netdevs[0].speed_mbps = None;
-        assert_eq!(
-            bandwidth_bps(&pf, &inv),
-            Some(400_000_000_000),
-            "from the RDMA port rate"
-        );
+        let from_rate = bandwidth_bps(&pf, None);
+        assert_eq!(from_rate, Some(400_000_000_000), "from the RDMA port rate");
         let vf = &inv.nics[1];
         assert!(vf.netdevs.is_empty() && vf.rdma.is_empty());
+        assert_eq!(bandwidth_bps(vf, None), None);
         assert_eq!(
-            bandwidth_bps(vf, &inv),
+            bandwidth_bps(vf, Some(&pf)),
             Some(400_000_000_000),
             "from its PF"
         );

@@ -7,19 +7,20 @@ use k8s_openapi::api::resource::v1::{
     Counter, Device, DeviceAttribute, DeviceCounterConsumption, DeviceTaint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use topology::{FunctionKind, Inventory, NicFunction};
+use topology::{FunctionKind, NicFunction};
 
 use crate::capacity;
 use crate::config::ModelConfig;
 use crate::fabric::FabricFacts;
 use crate::gates::FeatureGate;
+use crate::index::InventoryIndex;
 use crate::names::{self, attr};
 use crate::plan::Published;
 
 /// Everything a device is built from besides the function itself.
 pub(crate) struct DeviceContext<'a> {
     pub config: &'a ModelConfig,
-    pub inventory: &'a Inventory,
+    pub index: &'a InventoryIndex<'a>,
     pub fabric: Option<&'a FabricFacts>,
 }
 
@@ -51,7 +52,7 @@ pub(crate) fn build_device(
         attributes: Some(attrs.map),
         capacity: Some(capacity::capacities(
             nic,
-            ctx.inventory,
+            ctx.index.parent(nic),
             ctx.config,
             p.shared,
         ))
@@ -183,7 +184,7 @@ fn topology_attributes(a: &mut Attributes<'_, '_>, nic: &NicFunction, ctx: &Devi
     if let Some(switch) = nic.location.switch {
         a.string(attr::PCIE_SWITCH, &switch.to_string());
     }
-    if let Some((gpu, affinity)) = ctx.inventory.nearest_gpu(nic.address) {
+    if let Some((gpu, affinity)) = ctx.index.nearest_gpu(nic.address) {
         a.string(attr::NEAREST_GPU, &gpu.to_string());
         a.string(attr::GPU_AFFINITY, affinity.as_str());
         if let Some(pairing) = &ctx.config.options().gpu_pairing_attribute {
@@ -200,8 +201,8 @@ fn topology_attributes(a: &mut Attributes<'_, '_>, nic: &NicFunction, ctx: &Devi
 }
 
 /// The reason a function is unhealthy: its link or an RDMA port is down.
-/// A VF without a netdev of its own follows its PF.
-pub(crate) fn down_reason(nic: &NicFunction, inventory: &Inventory) -> Option<&'static str> {
+/// A VF without a netdev or RDMA device of its own follows `pf`, its parent.
+pub(crate) fn down_reason(nic: &NicFunction, pf: Option<&NicFunction>) -> Option<&'static str> {
     let link_down = nic.netdevs.iter().any(|n| {
         matches!(
             n.operstate.as_deref(),
@@ -220,17 +221,15 @@ pub(crate) fn down_reason(nic: &NicFunction, inventory: &Inventory) -> Option<&'
         return Some("rdma-port-down");
     }
     match nic.kind {
-        FunctionKind::Vf { physfn, .. } if nic.netdevs.is_empty() && nic.rdma.is_empty() => {
-            inventory
-                .nic(physfn)
-                .and_then(|pf| down_reason(pf, inventory))
+        FunctionKind::Vf { .. } if nic.netdevs.is_empty() && nic.rdma.is_empty() => {
+            pf.and_then(|pf| down_reason(pf, None))
         }
         _ => None,
     }
 }
 
 fn unhealthy_taint(nic: &NicFunction, ctx: &DeviceContext<'_>) -> Option<DeviceTaint> {
-    down_reason(nic, ctx.inventory).map(|reason| DeviceTaint {
+    down_reason(nic, ctx.index.parent(nic)).map(|reason| DeviceTaint {
         key: names::qualified(ctx.config.driver(), names::TAINT_UNHEALTHY),
         value: Some(reason.to_string()),
         effect: "NoSchedule".to_string(),

@@ -18,6 +18,7 @@ mod device;
 pub mod deviceclass;
 pub mod fabric;
 pub mod gates;
+mod index;
 pub mod names;
 pub mod nic_config;
 pub mod plan;

@@ -1,10 +1,11 @@
 //! Which NIC functions are published, and how: the decisions that depend
 //! on feature gates and policy, made before any Kubernetes object is built.
 
-use topology::{FunctionKind, Inventory, NicFunction, PciAddress};
+use topology::{FunctionKind, Inventory, NicFunction};
 
 use crate::config::{ModelConfig, PfWithVfs};
 use crate::gates::FeatureGate;
+use crate::index::InventoryIndex;
 use crate::names;
 
 /// How one function is published.
@@ -40,16 +41,24 @@ pub struct Plan<'a> {
 
 /// Decides what to publish.
 pub fn plan<'a>(inventory: &'a Inventory, config: &ModelConfig) -> Plan<'a> {
+    plan_indexed(inventory, &InventoryIndex::new(inventory), config)
+}
+
+pub(crate) fn plan_indexed<'a>(
+    inventory: &'a Inventory,
+    index: &InventoryIndex<'a>,
+    config: &ModelConfig,
+) -> Plan<'a> {
     let consumable = config.gate(FeatureGate::DraConsumableCapacity);
     let partitionable = config.gate(FeatureGate::DraPartitionableDevices);
     let mut out = Plan::default();
     for nic in &inventory.nics {
         match &nic.kind {
             FunctionKind::Pf { .. } => {
-                plan_pf(inventory, config, nic, consumable, partitionable, &mut out)
+                plan_pf(index, config, nic, consumable, partitionable, &mut out)
             }
             FunctionKind::Vf { physfn, .. } => {
-                if inventory.nic(*physfn).is_none() {
+                if index.nic(*physfn).is_none() {
                     out.devices.push(Published {
                         nic,
                         shared: false,
@@ -63,23 +72,15 @@ pub fn plan<'a>(inventory: &'a Inventory, config: &ModelConfig) -> Plan<'a> {
     out
 }
 
-fn vfs_of(inventory: &Inventory, pf: PciAddress) -> Vec<&NicFunction> {
-    inventory
-        .nics
-        .iter()
-        .filter(|n| matches!(n.kind, FunctionKind::Vf { physfn, .. } if physfn == pf))
-        .collect()
-}
-
 fn plan_pf<'a>(
-    inventory: &'a Inventory,
+    index: &InventoryIndex<'a>,
     config: &ModelConfig,
     pf: &'a NicFunction,
     consumable: bool,
     partitionable: bool,
     out: &mut Plan<'a>,
 ) {
-    let vfs = vfs_of(inventory, pf.address);
+    let vfs = index.vfs_of(pf.address).to_vec();
     let wants_shared = config.wants_shared(pf);
     if wants_shared && !consumable {
         out.warnings.push(format!(

@@ -23,6 +23,7 @@ use topology::Inventory;
 use crate::config::ModelConfig;
 use crate::device::{DeviceContext, build_device};
 use crate::fabric::{self, FabricResolution};
+use crate::index::InventoryIndex;
 use crate::names;
 use crate::plan::{self, CounterPlan};
 use crate::validate::{MAX_COUNTER_SETS, MAX_DEVICES, MAX_DEVICES_WITH_TAINTS_OR_COUNTERS};
@@ -61,7 +62,8 @@ impl SliceSet {
 
 /// Builds the pool of `config.node_name()` from `inventory`.
 pub fn build_slices(inventory: &Inventory, config: &ModelConfig) -> SliceSet {
-    let plan = plan::plan(inventory, config);
+    let index = InventoryIndex::new(inventory);
+    let plan = plan::plan_indexed(inventory, &index, config);
     let FabricResolution { facts, conflicts } = fabric::resolve(
         inventory,
         &config.options().fabric,
@@ -70,7 +72,7 @@ pub fn build_slices(inventory: &Inventory, config: &ModelConfig) -> SliceSet {
     );
     let ctx = |nic: &topology::NicFunction| DeviceContext {
         config,
-        inventory,
+        index: &index,
         fabric: facts.get(&nic.address),
     };
     let mut warnings = plan.warnings.clone();
