@@ -1,0 +1,397 @@
+//! The Helm chart under deploy/helm/ainic-dra, rendered without a helm
+//! binary (see `engine`): every object is the Kubernetes type it claims,
+//! the agent's flags are ones `ainic-dra node` accepts, the mounts match the
+//! paths the agent uses, RBAC is least privilege, the DeviceClasses equal
+//! deploy/deviceclasses, and the admission policy keeps each agent to its
+//! own node's ResourceSlices.
+
+mod admission;
+mod engine;
+mod objects;
+
+use std::path::{Path, PathBuf};
+
+use engine::{Release, Rendered};
+use serde_json::{Value, json};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn chart_dir() -> PathBuf {
+    repo_root().join("deploy/helm/ainic-dra")
+}
+
+const RELEASE: Release = Release {
+    name: "ainic-dra",
+    namespace: "ainic-system",
+};
+
+fn render(overrides: Value) -> Vec<Rendered> {
+    engine::render(&chart_dir(), overrides, &RELEASE).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn find<'a>(objects: &'a [Rendered], kind: &str) -> Vec<&'a Value> {
+    objects
+        .iter()
+        .map(|r| &r.object)
+        .filter(|o| o["kind"] == kind)
+        .collect()
+}
+
+fn daemonset(objects: &[Rendered]) -> &Value {
+    let sets = find(objects, "DaemonSet");
+    assert_eq!(sets.len(), 1);
+    sets[0]
+}
+
+fn container(objects: &[Rendered]) -> &Value {
+    &daemonset(objects)["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args(objects: &[Rendered]) -> Vec<String> {
+    container(objects)["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn kinds(objects: &[Rendered]) -> Vec<String> {
+    let mut kinds: Vec<String> = objects
+        .iter()
+        .map(|r| r.object["kind"].as_str().unwrap().to_string())
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+/// Every object typed strictly, namespaced ones in the release namespace.
+fn check_all_typed(objects: &[Rendered]) {
+    for r in objects {
+        objects::check_typed(&r.object)
+            .unwrap_or_else(|e| panic!("{} ({}): {e}", r.file, r.object["kind"]));
+        let namespaced = matches!(
+            r.object["kind"].as_str(),
+            Some("ServiceAccount" | "ConfigMap" | "Service" | "DaemonSet")
+        );
+        let ns = r.object["metadata"]["namespace"].as_str();
+        assert_eq!(ns.is_some(), namespaced, "{}: namespace {ns:?}", r.file);
+        if namespaced {
+            assert_eq!(ns, Some(RELEASE.namespace));
+        }
+    }
+}
+
+/// Runs the real binary with the DaemonSet's arguments and `--help` last:
+/// clap rejects an unknown flag or a bad value before it reaches `--help`.
+fn assert_binary_accepts(args: &[String]) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ainic-dra rejects the chart's arguments {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn default_values_render_every_object_as_its_kubernetes_type() {
+    let objects = render(json!({}));
+    check_all_typed(&objects);
+    assert_eq!(
+        kinds(&objects),
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "DaemonSet",
+            "DeviceClass",
+            "DeviceClass",
+            "DeviceClass",
+            "Service",
+            "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ]
+    );
+    let args = args(&objects);
+    assert_binary_accepts(&args);
+    assert!(!args.iter().any(|a| a.starts_with("--device-plugin")));
+    assert!(!args.iter().any(|a| a.starts_with("--feature-gates")));
+    let image = container(&objects)["image"].as_str().unwrap();
+    assert_eq!(
+        image, "ghcr.io/amd/ainic-dra:0.1.0",
+        "tag defaults to appVersion"
+    );
+}
+
+#[test]
+fn classic_path_and_options_render_and_are_accepted_by_the_agent() {
+    let objects = render(json!({
+        "featureGates": {"DRADeviceTaints": true, "DRAConsumableCapacity": true},
+        "model": {
+            "gpuPairingAttribute": "gpu.amd.com/pciAddr",
+            "sharedPfs": ["0000:0c:00.0", "enp140s0"],
+            "pfQueuePairs": 16384,
+        },
+        "fabric": {"config": {
+            "defaults": {"fabric": "pod-a"},
+            "nodes": {"node-a": {"leafSwitch": "leaf-07", "nics": {"0000:0c:00.0": {"rail": 0}}}},
+        }},
+        "classic": {
+            "enabled": true,
+            "cdi": true,
+            "config": {"resources": [{"name": "amd.com/nic", "selectors": {"pciIds": ["1dd8:1002"]}}]},
+        },
+    }));
+    check_all_typed(&objects);
+    let args = args(&objects);
+    assert_binary_accepts(&args);
+    for wanted in [
+        "--feature-gates=DRAConsumableCapacity=true,DRADeviceTaints=true",
+        "--gpu-pairing-attribute=gpu.amd.com/pciAddr",
+        "--shared-pfs=0000:0c:00.0,enp140s0",
+        "--pf-queue-pairs=16384",
+        "--fabric-config=/etc/ainic-dra/fabric.yaml",
+        "--device-plugin",
+        "--device-plugin-dir=/var/lib/kubelet/device-plugins",
+        "--device-plugin-config=/etc/ainic-dra/device-plugin.yaml",
+        "--cdi-enabled",
+    ] {
+        assert!(
+            args.iter().any(|a| a == wanted),
+            "{wanted} missing from {args:?}"
+        );
+    }
+    // The ConfigMap holds files the agent's own parsers accept.
+    let maps = find(&objects, "ConfigMap");
+    assert_eq!(maps.len(), 1);
+    let fabric = maps[0]["data"]["fabric.yaml"].as_str().unwrap();
+    let parsed = dra_model::fabric::FabricFile::parse(fabric, "fabric.yaml").unwrap();
+    assert_eq!(parsed.defaults.fabric.as_deref(), Some("pod-a"));
+    assert_eq!(parsed.nodes["node-a"].nics["0000:0c:00.0"].rail, Some(0));
+    let classic = maps[0]["data"]["device-plugin.yaml"].as_str().unwrap();
+    dra_model::classic::ClassicConfig::from_yaml(classic, Path::new("device-plugin.yaml"))
+        .unwrap_or_else(|e| panic!("device plugin config rejected: {e}\n{classic}"));
+    let mounts = mounts(&objects);
+    assert!(mounts.contains(&("/var/lib/kubelet/device-plugins".into(), false)));
+    assert!(mounts.contains(&("/etc/ainic-dra".into(), true)));
+}
+
+/// (mountPath, readOnly) of the agent, after checking each mount names a
+/// volume of the pod.
+fn mounts(objects: &[Rendered]) -> Vec<(String, bool)> {
+    let pod = &daemonset(objects)["spec"]["template"]["spec"];
+    let volumes: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    let mut out = Vec::new();
+    for m in container(objects)["volumeMounts"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        assert!(volumes.contains(&name), "mount {name} has no volume");
+        let read_only = m["readOnly"].as_bool().unwrap_or(false);
+        out.push((m["mountPath"].as_str().unwrap().to_string(), read_only));
+    }
+    assert_eq!(out.len(), volumes.len(), "every volume is mounted");
+    out
+}
+
+#[test]
+fn agent_mounts_the_host_paths_its_flags_name() {
+    let objects = render(json!({}));
+    let mounts = mounts(&objects);
+    let mounted = |path: &str, read_only: bool| {
+        assert!(
+            mounts
+                .iter()
+                .any(|(m, ro)| path.starts_with(m.as_str()) && *ro == read_only),
+            "{path} (read-only {read_only}) is not under a mount: {mounts:?}"
+        );
+    };
+    for arg in args(&objects) {
+        let Some((flag, path)) = arg.split_once('=') else {
+            continue;
+        };
+        match flag {
+            "--plugin-dir" | "--registry-dir" | "--cdi-dir" | "--state-dir" => mounted(path, false),
+            "--sysfs-root" | "--dev-root" => mounted(path, true),
+            _ => {}
+        }
+    }
+    // The kubelet registers the socket by its host path: mount at the same path.
+    let pod = &daemonset(&objects)["spec"]["template"]["spec"];
+    for v in pod["volumes"].as_array().unwrap() {
+        let host = v["hostPath"]["path"].as_str();
+        if let Some(host) = host.filter(|h| h.starts_with("/var/")) {
+            assert!(
+                mounts.iter().any(|(m, _)| m == host),
+                "{host} mounted elsewhere"
+            );
+        }
+    }
+    assert!(!mounts.iter().any(|(m, _)| m.ends_with("device-plugins")));
+    let env = container(&objects)["env"].as_array().unwrap();
+    assert!(
+        env.iter().any(|e| e["name"] == "NODE_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName")
+    );
+}
+
+#[test]
+fn rbac_is_least_privilege() {
+    let objects = render(json!({}));
+    let roles = find(&objects, "ClusterRole");
+    assert_eq!(roles.len(), 1);
+    let mut grants: Vec<String> = Vec::new();
+    for rule in roles[0]["rules"].as_array().unwrap() {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    grants.push(format!(
+                        "{}/{} {}",
+                        group.as_str().unwrap(),
+                        resource.as_str().unwrap(),
+                        verb.as_str().unwrap()
+                    ));
+                }
+            }
+        }
+    }
+    grants.sort();
+    let mut wanted: Vec<String> = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ]
+    .iter()
+    .map(|v| format!("resource.k8s.io/resourceslices {v}"))
+    .chain(["resource.k8s.io/resourceclaims get".to_string()])
+    .chain(
+        ["get", "list", "watch"]
+            .iter()
+            .map(|v| format!("resource.k8s.io/deviceclasses {v}")),
+    )
+    .chain(["/nodes get".to_string()])
+    .collect();
+    wanted.sort();
+    assert_eq!(grants, wanted);
+    let binding = find(&objects, "ClusterRoleBinding")[0];
+    assert_eq!(binding["roleRef"]["name"], roles[0]["metadata"]["name"]);
+    let sa = find(&objects, "ServiceAccount")[0];
+    assert_eq!(binding["subjects"][0]["name"], sa["metadata"]["name"]);
+    assert_eq!(
+        daemonset(&objects)["spec"]["template"]["spec"]["serviceAccountName"],
+        sa["metadata"]["name"]
+    );
+}
+
+#[test]
+fn chart_device_classes_equal_the_shipped_ones() {
+    let objects = render(json!({}));
+    let mut from_chart: Vec<(String, Value)> = find(&objects, "DeviceClass")
+        .into_iter()
+        .map(|c| {
+            (
+                c["metadata"]["name"].as_str().unwrap().to_string(),
+                c["spec"].clone(),
+            )
+        })
+        .collect();
+    from_chart.sort_by(|a, b| a.0.cmp(&b.0));
+    let dir = repo_root().join("deploy/deviceclasses");
+    let mut shipped = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        let class: Value = serde_yaml::from_str(&text).unwrap();
+        shipped.push((
+            class["metadata"]["name"].as_str().unwrap().to_string(),
+            class["spec"].clone(),
+        ));
+    }
+    shipped.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(from_chart, shipped);
+    assert!(
+        find(
+            &render(json!({"deviceClasses": {"create": false}})),
+            "DeviceClass"
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn metrics_service_selects_the_agent_pods() {
+    let objects = render(json!({}));
+    let service = find(&objects, "Service")[0];
+    let pod_labels = &daemonset(&objects)["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&pod_labels[k], v, "selector {k}");
+    }
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    let off = render(json!({"metrics": {"enabled": false}}));
+    assert!(find(&off, "Service").is_empty());
+    let args = args(&off);
+    assert!(args.contains(&"--http-addr=".to_string()));
+    assert_binary_accepts(&args);
+}
+
+#[test]
+fn default_node_selection_follows_nfd_and_network_operator_labels() {
+    let objects = render(json!({}));
+    let terms = &daemonset(&objects)["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    let keys: Vec<&str> = terms
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["matchExpressions"][0]["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "feature.node.kubernetes.io/amd-nic",
+            "feature.node.kubernetes.io/pci-1dd8.present",
+            "feature.node.kubernetes.io/pci-0200_1dd8.present",
+        ]
+    );
+    let custom = json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "example.com/rdma", "operator": "Exists"}]}]}});
+    let objects = render(json!({"nodeAffinity": custom}));
+    check_all_typed(&objects);
+    assert_eq!(
+        daemonset(&objects)["spec"]["template"]["spec"]["affinity"]["nodeAffinity"],
+        custom
+    );
+}
+
+#[test]
+fn standalone_admission_policy_equals_the_chart_one() {
+    let objects = render(json!({}));
+    let text = std::fs::read_to_string(repo_root().join("deploy/validating-admission-policy.yaml"))
+        .unwrap();
+    let standalone: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect();
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        let chart = find(&objects, kind)[0];
+        let file = standalone.iter().find(|o| o["kind"] == kind).unwrap();
+        objects::check_typed(file).unwrap();
+        assert_eq!(
+            file["metadata"]["name"], chart["metadata"]["name"],
+            "{kind}"
+        );
+        assert_eq!(
+            file["spec"], chart["spec"],
+            "{kind}: regenerate the standalone file"
+        );
+    }
+}

@@ -1,0 +1,54 @@
+{{- define "ainic-dra.fullname" -}}
+{{ .Values.fullnameOverride | default .Release.Name }}
+{{- end -}}
+
+{{- define "ainic-dra.serviceAccountName" -}}
+{{ .Values.serviceAccount.name | default (include "ainic-dra.fullname" .) }}
+{{- end -}}
+
+{{- define "ainic-dra.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "ainic-dra.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: node-agent
+{{- end -}}
+
+{{- define "ainic-dra.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- /* Feature gates in the upstream flag syntax, sorted by name. */ -}}
+{{- define "ainic-dra.featureGates" -}}
+{{- range $i, $name := keys .Values.featureGates | sortAlpha -}}
+{{- if $i }},{{ end }}{{ $name }}={{ index $.Values.featureGates $name }}
+{{- end -}}
+{{- end -}}
+
+{{- /* Nodes with an AMD NIC, as labelled by NFD (vendor-only or class_vendor
+labels) or by the AMD network operator's rule. */ -}}
+{{- define "ainic-dra.nodeAffinity" -}}
+{{- if .Values.nodeAffinity -}}
+{{ toYaml .Values.nodeAffinity }}
+{{- else -}}
+requiredDuringSchedulingIgnoredDuringExecution:
+  nodeSelectorTerms:
+  - matchExpressions:
+    - key: feature.node.kubernetes.io/amd-nic
+      operator: In
+      values: ["true"]
+  - matchExpressions:
+    - key: feature.node.kubernetes.io/pci-1dd8.present
+      operator: In
+      values: ["true"]
+  - matchExpressions:
+    - key: feature.node.kubernetes.io/pci-0200_1dd8.present
+      operator: In
+      values: ["true"]
+{{- end -}}
+{{- end -}}
