@@ -152,3 +152,22 @@ async fn run_loop_republishes_on_link_events_and_inventory_changes() {
     assert_eq!(publisher.metrics().syncs(SyncResult::Published), 2);
     assert_eq!(publisher.metrics().syncs(SyncResult::Unchanged), 1);
 }
+
+#[tokio::test]
+async fn spawned_agent_loop_publishes_before_it_stops() {
+    let server = server().await;
+    let (publisher, _) = publisher(&server, "n1");
+    let devs = devices("pf", 3);
+    let desired = pool("n1", &devs, 2);
+    let (_inventory_tx, inventory_rx) = watch::channel(());
+    let task = crate::publisher::spawn(
+        publisher,
+        move || Ok(desired.clone()),
+        inventory_rx,
+        Duration::from_secs(3600),
+        async {},
+    );
+    let publisher = task.await.unwrap();
+    assert_eq!(publisher.metrics().syncs(SyncResult::Published), 1);
+    assert_pool(&server, "n1", 1, &names(&devs));
+}

@@ -31,7 +31,7 @@ use tracing::{Instrument, info_span, warn};
 pub use backoff::{Backoff, Sleeper, TokioSleeper};
 pub use metrics::{PublisherMetrics, SyncResult, WriteOp};
 pub use netlink::{LinkSource, NetlinkLinks};
-pub use run::{LinkEvent, RunOptions, run};
+pub use run::{LinkEvent, RunOptions, run, spawn};
 
 /// Errors of one publish.
 #[derive(Debug, thiserror::Error)]

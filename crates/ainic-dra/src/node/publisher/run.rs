@@ -14,8 +14,9 @@ use std::time::Duration;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
+use super::netlink::{LinkSource, NetlinkLinks};
 use super::{PublishOutcome, SlicePublisher};
 
 /// A network link changed state.
@@ -155,4 +156,30 @@ where
     }
     info!("resource slice publisher stopped");
     publisher
+}
+
+/// The node agent's publish loop on its own task: publishes at once, then
+/// follows `inventory`, netlink link events (when the host allows a netlink
+/// socket) and a resync every `resync_every`, until `shutdown`.
+pub fn spawn<F, T>(
+    publisher: SlicePublisher,
+    build: F,
+    inventory: watch::Receiver<T>,
+    resync_every: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<SlicePublisher>
+where
+    F: FnMut() -> anyhow::Result<Vec<ResourceSlice>> + Send + 'static,
+    T: Send + Sync + 'static,
+{
+    let mut options = RunOptions::new(resync_every);
+    options.follow = Some(inventory);
+    options.links = match NetlinkLinks.subscribe() {
+        Ok(links) => Some(links),
+        Err(error) => {
+            warn!(%error, "no netlink link events; relying on inventory changes and resyncs");
+            None
+        }
+    };
+    tokio::spawn(run(publisher, build, options, shutdown))
 }
