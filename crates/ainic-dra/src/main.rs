@@ -1,6 +1,7 @@
 //! `ainic-dra`: the node agent and the command-line tools of the AMD AI NIC
 //! DRA driver. Each subcommand lives in its own file under `cli/`.
 
+mod classic;
 mod cli;
 mod node;
 
