@@ -1,0 +1,166 @@
+//! `ainic-dra slices` and `ainic-dra deviceclasses` as a user runs them:
+//! output that parses as Kubernetes objects and passes the validator, gates
+//! from `--feature-gates`, and bad fabric input reported by file and field
+//! while slices are still printed with the defaults.
+
+use std::process::{Command, Output};
+
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+use serde::Deserialize;
+
+fn ainic(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(args)
+        .env_remove("AINIC_DRA_LOG")
+        .output()
+        .expect("run ainic-dra")
+}
+
+fn slices_json(args: &[&str]) -> (Vec<ResourceSlice>, String) {
+    let mut all = vec!["slices", "--node-name", "node-a", "-o", "json"];
+    all.extend_from_slice(args);
+    let out = ainic(&all);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let slices: Vec<ResourceSlice> =
+        serde_json::from_slice(&out.stdout).expect("a JSON list of slices");
+    let violations = dra_model::validate::check_pool(&slices);
+    assert!(violations.is_empty(), "{violations:#?}");
+    (slices, stderr)
+}
+
+fn attr(
+    slices: &[ResourceSlice],
+    device: &str,
+    key: &str,
+) -> Option<k8s_openapi::api::resource::v1::DeviceAttribute> {
+    slices
+        .iter()
+        .flat_map(|s| s.spec.devices.iter().flatten())
+        .find(|d| d.name == device)
+        .and_then(|d| d.attributes.as_ref()?.get(key).cloned())
+}
+
+#[test]
+fn sriov_topology_publishes_vfs_by_default_and_pf_with_counters_when_partitionable() {
+    let (plain, _) = slices_json(&["--topology", "sriov-vfs"]);
+    let names: Vec<String> = plain
+        .iter()
+        .flat_map(|s| s.spec.devices.iter().flatten())
+        .map(|d| d.name.clone())
+        .collect();
+    assert!(!names.contains(&"pf-0000-44-00-0".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"pf-0000-c2-00-0".to_string()),
+        "PF without VFs: {names:?}"
+    );
+    assert!(
+        names.iter().filter(|n| n.starts_with("vf-")).count() == 6,
+        "{names:?}"
+    );
+
+    let (gated, _) = slices_json(&[
+        "--topology",
+        "sriov-vfs",
+        "--feature-gates",
+        "DRAPartitionableDevices=true",
+    ]);
+    assert!(gated.iter().any(|s| s.spec.shared_counters.is_some()));
+    assert!(attr(&gated, "pf-0000-44-00-0", "ainic.amd.com/type").is_some());
+}
+
+#[test]
+fn yaml_output_is_one_document_per_slice() {
+    let out = ainic(&[
+        "slices",
+        "--topology",
+        "mi300x-8gpu-8nic",
+        "--node-name",
+        "node-a",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<ResourceSlice> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| ResourceSlice::deserialize(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0].spec.devices.as_ref().unwrap().len(), 8);
+}
+
+#[test]
+fn fabric_sources_set_rail_fabric_and_leaf() {
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = dir.path().join("fabric.yaml");
+    std::fs::write(
+        &fabric,
+        "nodes:\n  node-a:\n    fabric: pod-a\n    nics:\n      \"0000:04:00.0\": {rail: 5}\n",
+    )
+    .unwrap();
+    let lldp = dir.path().join("lldp.json");
+    std::fs::write(
+        &lldp,
+        r#"{"lldp":[{"interface":[{"name":"enp4s0","chassis":[{"name":[{"value":"leaf-3"}]}]}]}]}"#,
+    )
+    .unwrap();
+    let (slices, _) = slices_json(&[
+        "--topology",
+        "mi300x-8gpu-8nic",
+        "--fabric-config",
+        fabric.to_str().unwrap(),
+        "--lldp-json",
+        lldp.to_str().unwrap(),
+    ]);
+    let get = |k: &str| attr(&slices, "pf-0000-04-00-0", k).unwrap();
+    assert_eq!(get("ainic.amd.com/rail").int, Some(5));
+    assert_eq!(get("ainic.amd.com/fabric").string.as_deref(), Some("pod-a"));
+    assert_eq!(
+        get("ainic.amd.com/leafSwitch").string.as_deref(),
+        Some("leaf-3")
+    );
+}
+
+#[test]
+fn bad_fabric_config_is_reported_and_defaults_are_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = dir.path().join("fabric.yaml");
+    std::fs::write(&fabric, "nodes:\n  node-a:\n    leafswich: leaf-9\n").unwrap();
+    let (slices, stderr) = slices_json(&[
+        "--topology",
+        "mi300x-8gpu-8nic",
+        "--fabric-config",
+        fabric.to_str().unwrap(),
+    ]);
+    assert!(
+        stderr.contains(fabric.to_str().unwrap()) && stderr.contains("leafswich"),
+        "{stderr}"
+    );
+    let fabric_attr = attr(&slices, "pf-0000-04-00-0", "ainic.amd.com/fabric").unwrap();
+    assert_eq!(fabric_attr.string.as_deref(), Some("default"));
+}
+
+#[test]
+fn unknown_feature_gate_is_named() {
+    let out = ainic(&[
+        "slices",
+        "--topology",
+        "sriov-vfs",
+        "--node-name",
+        "n",
+        "--feature-gates",
+        "DRADeviceTaint=true",
+    ]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("DRADeviceTaint"), "{stderr}");
+}
+
+#[test]
+fn deviceclasses_prints_the_three_classes() {
+    let out = ainic(&["deviceclasses"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<String> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| DeviceClass::deserialize(d).unwrap().metadata.name.unwrap())
+        .collect();
+    assert_eq!(names, ["ainic-pf", "ainic-vf", "ainic-shared"]);
+}
