@@ -234,11 +234,11 @@ fn check(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 300, .. ProptestConfig::default() })]
 
     #[test]
     fn allocations_satisfy_everything_and_never_panic(
-        pools in proptest::collection::vec(proptest::collection::vec(dev(), 0..6), 1..4),
+        pools in proptest::collection::vec(proptest::collection::vec(dev(), 2..9), 1..5),
         reqs in proptest::collection::vec(proptest::collection::vec(req(), 1..3), 1..3),
         cons in proptest::collection::vec(proptest::collection::vec(con(), 0..2), 3),
         held_count in 0usize..3,
