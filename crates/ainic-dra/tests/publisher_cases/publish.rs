@@ -271,3 +271,39 @@ async fn fields_the_server_drops_do_not_cause_endless_rewrites() {
     );
     assert_pool(&server, "n1", 2, &names(&devs));
 }
+
+#[tokio::test]
+async fn renamed_pool_replaces_same_named_slices_it_cannot_update() {
+    let server = server().await;
+    let mut legacy = pool("n1", &devices("pf", 2), 2);
+    legacy[0].spec.pool.name = "legacy".into();
+    legacy[0].spec.pool.generation = 9;
+    server.seed(&legacy[0]);
+    let (mut publisher, _) = publisher(&server, "n1");
+    let devs = devices("pf", 2);
+    let outcome = publisher.publish(&pool("n1", &devs, 2)).await.unwrap();
+    assert_eq!(
+        (outcome.generation, outcome.created, outcome.deleted),
+        (10, 1, 1)
+    );
+    assert_pool(&server, "n1", 10, &names(&devs));
+}
+
+#[tokio::test]
+async fn pool_of_eight_pfs_with_256_vfs_each_resyncs_without_writes() {
+    let server = server().await;
+    let (mut publisher, _) = publisher(&server, "n1");
+    let devs = devices("vf", 8 * 257);
+    let first = publisher.publish(&pool("n1", &devs, 128)).await.unwrap();
+    assert_eq!(first.created, 17);
+    server.clear_requests();
+    assert!(
+        !publisher
+            .publish(&pool("n1", &devs, 128))
+            .await
+            .unwrap()
+            .changed
+    );
+    assert_eq!(server.writes(), 0);
+    assert_pool(&server, "n1", 1, &names(&devs));
+}

@@ -126,18 +126,39 @@ fn stamped(
     slice
 }
 
-/// Pairs each desired slice with an existing one to update, if any: by name
-/// when the desired slice is named, else first by equal content, then by order.
-fn pair(desired: &[ResourceSlice], existing: &[ResourceSlice]) -> Vec<Option<usize>> {
-    let mut taken = BTreeSet::new();
-    let mut pairs = vec![None; desired.len()];
+/// Existing slices paired with desired ones, and the ones in the way.
+struct Pairing {
+    /// For each desired slice, the existing slice to update, if any.
+    pairs: Vec<Option<usize>>,
+    /// Existing slices that hold a desired slice's name but belong to
+    /// another pool (pool names are immutable): deleted before the creates.
+    blocking: BTreeSet<usize>,
+}
+
+/// Pairs each desired slice with an existing one of the same pool to update:
+/// by name when the desired slice is named, else first by equal content,
+/// then by order.
+fn pair(desired: &[ResourceSlice], existing: &[ResourceSlice]) -> Pairing {
+    let same_pool = |d: &ResourceSlice, j: usize| existing[j].spec.pool.name == d.spec.pool.name;
     let named = |d: &ResourceSlice| d.metadata.name.clone().filter(|n| !n.is_empty());
+    let mut pairing = Pairing {
+        pairs: vec![None; desired.len()],
+        blocking: BTreeSet::new(),
+    };
+    let mut taken = BTreeSet::new();
     for (i, d) in desired.iter().enumerate() {
-        if let Some(name) = named(d) {
-            pairs[i] = existing
-                .iter()
-                .position(|e| e.metadata.name.as_ref() == Some(&name));
-            taken.extend(pairs[i]);
+        let Some(name) = named(d) else { continue };
+        let Some(j) = existing
+            .iter()
+            .position(|e| e.metadata.name.as_ref() == Some(&name))
+        else {
+            continue;
+        };
+        taken.insert(j);
+        if same_pool(d, j) {
+            pairing.pairs[i] = Some(j);
+        } else {
+            pairing.blocking.insert(j);
         }
     }
     let reserved: BTreeSet<&String> = desired
@@ -152,22 +173,21 @@ fn pair(desired: &[ResourceSlice], existing: &[ResourceSlice]) -> Vec<Option<usi
                 .as_ref()
                 .is_none_or(|n| !reserved.contains(n))
     };
-    for pass in [true, false] {
-        for (i, d) in desired
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| named(d).is_none())
-        {
-            if pairs[i].is_some() {
+    for equal_content in [true, false] {
+        for (i, d) in desired.iter().enumerate() {
+            if named(d).is_some() || pairing.pairs[i].is_some() {
                 continue;
             }
-            let found = (0..existing.len())
-                .find(|&j| free(j, &taken) && (!pass || content(&existing[j]) == content(d)));
-            pairs[i] = found;
+            let found = (0..existing.len()).find(|&j| {
+                free(j, &taken)
+                    && same_pool(d, j)
+                    && (!equal_content || content(&existing[j]) == content(d))
+            });
+            pairing.pairs[i] = found;
             taken.extend(found);
         }
     }
-    pairs
+    pairing
 }
 
 /// The desired slices as they would be stored (owner set, count filled in).
@@ -205,8 +225,11 @@ pub fn plan(existing: &[ResourceSlice], desired: &[ResourceSlice], owner: &Owner
         .max()
         .unwrap_or(0);
     let generation = (current + 1).max(requested).max(1);
-    let pairs = pair(&wanted, existing);
-    let mut writes = Vec::with_capacity(desired.len() + existing.len());
+    let Pairing { pairs, blocking } = pair(&wanted, existing);
+    let mut writes: Vec<Write> = blocking
+        .iter()
+        .map(|&j| Write::Delete(existing[j].clone()))
+        .collect();
     for (d, paired) in desired.iter().zip(&pairs) {
         let mut slice = stamped(d, generation, count, owner);
         match paired {
@@ -220,7 +243,7 @@ pub fn plan(existing: &[ResourceSlice], desired: &[ResourceSlice], owner: &Owner
             None => writes.push(Write::Create(slice)),
         }
     }
-    let used: BTreeSet<usize> = pairs.iter().flatten().copied().collect();
+    let used: BTreeSet<usize> = pairs.iter().flatten().chain(&blocking).copied().collect();
     let stale = (0..existing.len()).filter(|j| !used.contains(j));
     writes.extend(stale.map(|j| Write::Delete(existing[j].clone())));
     Plan::Publish { generation, writes }

@@ -226,3 +226,22 @@ fn server_stamped_taint_time_is_ignored_and_kept() {
     let taints = s.spec.devices.as_ref().unwrap()[0].taints.as_ref().unwrap();
     assert_eq!(taints[0].time_added, Some(stamp));
 }
+
+#[test]
+fn same_named_slice_of_another_pool_is_deleted_before_the_create() {
+    // A previous driver version named its pool differently; pool names are
+    // immutable, so the old slice cannot be updated into the new pool.
+    let mut old = desired(Some("a"), &["nic0"]);
+    old.spec.pool.name = "legacy".into();
+    let existing = stored(&[old], 3);
+    let want = [desired(Some("a"), &["nic0"])];
+    let Plan::Publish { generation, writes } = plan(&existing, &want, &owner()) else {
+        panic!()
+    };
+    assert_eq!(generation, 4);
+    assert!(
+        matches!(&writes[..], [Write::Delete(d), Write::Create(c)]
+        if d.spec.pool.name == "legacy" && c.spec.pool.name == "n1"),
+        "{writes:?}"
+    );
+}
