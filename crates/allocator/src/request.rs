@@ -199,6 +199,10 @@ pub(crate) fn plan_claim(
             "number of requested devices {min_devices} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
         )));
     }
+    if let Some(dup) = duplicate_name(&requests) {
+        return Err(fail(format!("request name {dup} is used twice")));
+    }
+    let plans_so_far = &requests;
     let constraints = devices
         .and_then(|d| d.constraints.as_ref())
         .into_iter()
@@ -219,10 +223,17 @@ pub(crate) fn plan_claim(
                     "constraint #{i}: attribute {attribute} must be fully qualified (domain/name)"
                 )));
             }
+            let requests = c.requests.clone().unwrap_or_default();
+            if let Some(unknown) = requests
+                .iter()
+                .find(|r| !known_request_name(plans_so_far, r))
+            {
+                return Err(fail(format!("constraint #{i}: unknown request {unknown}")));
+            }
             Ok(ConstraintSpec {
                 attribute,
                 distinct,
-                requests: c.requests.clone().unwrap_or_default(),
+                requests,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -230,6 +241,33 @@ pub(crate) fn plan_claim(
         label,
         requests,
         constraints,
+    })
+}
+
+/// A request or subrequest name used twice in one claim (or one parent).
+fn duplicate_name(requests: &[RequestPlan]) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    for plan in requests {
+        let spec = &plan.alternatives()[0];
+        if !seen.insert(spec.base_name().to_owned()) {
+            return Some(spec.base_name().to_owned());
+        }
+        let mut subs = std::collections::HashSet::new();
+        if let RequestPlan::FirstAvailable(alternatives) = plan
+            && let Some(dup) = alternatives.iter().find(|s| !subs.insert(s.name.as_str()))
+        {
+            return Some(dup.full_name());
+        }
+    }
+    None
+}
+
+/// Whether `name` is a request (`req`) or subrequest (`req/sub`) of the claim.
+fn known_request_name(requests: &[RequestPlan], name: &str) -> bool {
+    requests.iter().any(|plan| {
+        plan.alternatives()
+            .iter()
+            .any(|s| s.base_name() == name || s.full_name() == name)
     })
 }
 

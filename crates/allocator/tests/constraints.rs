@@ -234,3 +234,30 @@ fn first_available_subrequest_choice_backtracks_for_constraints() {
     );
     assert_eq!(names(&out[0]), ["gpu-0", "nic-0"]);
 }
+
+#[test]
+fn malformed_claims_are_input_errors() {
+    let (slices, classes) = node();
+    let twice = claim(
+        "c",
+        json!([exactly("nic", "nic", 1), exactly("nic", "nic", 1)]),
+        json!([]),
+    );
+    let unknown = claim(
+        "c",
+        json!([exactly("nic", "nic", 1)]),
+        json!([{ "requests": ["gpu"], "matchAttribute": ROOT }]),
+    );
+    let unqualified = claim(
+        "c",
+        json!([exactly("nic", "nic", 1)]),
+        json!([{ "matchAttribute": "rail" }]),
+    );
+    for bad in [twice, unknown, unqualified] {
+        let err = allocate(&slices, &classes, &[], "n1", std::slice::from_ref(&bad));
+        assert!(
+            matches!(err, Err(AllocateError::Input(InputError::Claim { .. }))),
+            "{err:?}"
+        );
+    }
+}
