@@ -73,6 +73,12 @@ fn describe(ctx: &NodeContext<'_>, prefix: &[ClaimPlan], k: usize, r: usize) -> 
         .map(|spec| describe_spec(ctx, &mut search, &prefix[k], k, spec, earlier_ok))
         .collect();
     let mut explanation = format!("claim {}: {}", prefix[k].label, parts.join("; "));
+    if ctx.candidates.is_empty() {
+        explanation.push_str(&format!(
+            "; no ResourceSlice offers devices to node {}",
+            ctx.node.name
+        ));
+    }
     if let Some(incomplete) = ctx.pools.iter().find(|p| p.incomplete) {
         explanation.push_str(&format!(
             "; resource pool {}/{} is being updated (incomplete)",

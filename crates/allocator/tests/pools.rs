@@ -34,6 +34,10 @@ fn other_nodes_slices_are_not_used() {
         &[one("d")],
     ));
     assert!(err.contains("0 devices match class d"), "{err}");
+    assert!(
+        err.contains("no ResourceSlice offers devices to node n1"),
+        "{err}"
+    );
 }
 
 #[test]
