@@ -28,7 +28,7 @@ others are allocated together, all or nothing, as kube-scheduler does for one po
 Exit status: 0 = allocated (the claims are printed with status.allocation), \
 3 = cannot be allocated (stderr names the request and why), 2 = invalid input.\n\n\
 Examples:\n  ainic-dra slices --topology mi300x-8gpu-8nic --node-name n1 > slices.yaml\n  \
-ainic-dra simulate --node n1 -f slices.yaml -f gpu-slices.yaml -f deploy/ -f examples/gpu-nic-pcieroot.yaml"
+ainic-dra simulate --node n1 -f slices.yaml -f gpu-slices.yaml -f deploy/deviceclasses -f examples/gpu-nic-pcieroot.yaml"
 )]
 pub struct SimulateArgs {
     /// The node to allocate on (its Node object, if given, supplies labels).
