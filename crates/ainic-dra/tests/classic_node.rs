@@ -225,3 +225,44 @@ async fn a_bad_config_file_is_rejected_naming_file_and_field() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fabric_rails_steer_the_preferred_pair() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let plugins = world.tmp.path().join("device-plugins");
+    // NICs 04 and 24 share rail 0; 44 and 64 have rails of their own.
+    let fabric = world.tmp.path().join("fabric.yaml");
+    std::fs::write(
+        &fabric,
+        "nodes:\n  node-a:\n    nics:\n      \"0000:04:00.0\": {rail: 0}\n      \"0000:24:00.0\": {rail: 0}\n      \"0000:44:00.0\": {rail: 2}\n      \"0000:64:00.0\": {rail: 3}\n",
+    )
+    .unwrap();
+    let kubelet = FakeKubelet::start(&plugins).await.unwrap();
+    let _agent = start_agent(
+        &world,
+        &plugins,
+        &["--fabric-config", fabric.to_str().unwrap()],
+    );
+    let nics = listed(&kubelet, "amd.com/nic").await;
+    let r = kubelet
+        .wait_for_registration("amd.com/nic", 1, WAIT)
+        .await
+        .unwrap();
+    let mut client = kubelet.dial(&r.endpoint).await.unwrap();
+    let request = dp::PreferredAllocationRequest {
+        container_requests: vec![dp::ContainerPreferredAllocationRequest {
+            available_device_i_ds: nics,
+            must_include_device_i_ds: vec![],
+            allocation_size: 2,
+        }],
+    };
+    let answer = client
+        .get_preferred_allocation(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        answer.container_responses[0].device_i_ds,
+        ["0000:04:00.0", "0000:44:00.0"]
+    );
+}

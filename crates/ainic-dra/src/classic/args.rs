@@ -62,6 +62,7 @@ impl DevicePluginArgs {
             cdi_dir: self.cdi_enabled.then(|| cdi_dir.to_path_buf()),
             dev_root: dev_root.to_path_buf(),
             poll: Duration::from_secs(1),
+            fabric: None,
         }))
     }
 }

@@ -52,6 +52,9 @@ pub struct ClassicSettings {
     pub dev_root: PathBuf,
     /// How often socket files are checked for a kubelet restart.
     pub poll: Duration,
+    /// The DRA device model's config, whose fabric facts give the rails
+    /// the scoring uses; `None` keeps each PF's ordinal as its rail.
+    pub fabric: Option<dra_model::ModelConfig>,
 }
 
 /// Starts the classic path. Fails before serving anything when the config
@@ -63,7 +66,11 @@ pub fn start(
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<JoinSet<()>> {
     let config = Arc::new(settings.config);
-    let first = Snapshot::new(&config, Arc::clone(&inventories.borrow()));
+    let first = Snapshot::new(
+        &config,
+        settings.fabric.as_ref(),
+        Arc::clone(&inventories.borrow()),
+    );
     first
         .assignment
         .check()
@@ -73,7 +80,12 @@ pub fn start(
     }
     let (snapshot_tx, snapshots) = watch::channel(Arc::new(first));
     let mut tasks = JoinSet::new();
-    let follow = snapshot::follow(Arc::clone(&config), inventories, snapshot_tx);
+    let follow = snapshot::follow(
+        Arc::clone(&config),
+        settings.fabric.clone(),
+        inventories,
+        snapshot_tx,
+    );
     tasks.spawn(with_shutdown(follow, shutdown.clone()));
     let options = AllocateOptions {
         char_devices: config.char_devices,

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
+use dra_model::ModelConfig;
 use dra_model::classic::{Assignment, ClassicConfig, ResourceDevices, assign};
+use dra_model::fabric;
 use tokio::sync::watch;
 use topology::Inventory;
 
@@ -18,9 +20,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Splits `inventory` by `config`.
-    pub fn new(config: &ClassicConfig, inventory: Arc<Inventory>) -> Self {
-        let assignment = assign(config, &inventory);
+    /// Splits `inventory` by `config`; with `model`, the devices take the
+    /// rails its fabric facts give (else each PF's ordinal).
+    pub fn new(
+        config: &ClassicConfig,
+        model: Option<&ModelConfig>,
+        inventory: Arc<Inventory>,
+    ) -> Self {
+        let mut assignment = assign(config, &inventory);
+        if let Some(m) = model {
+            let facts = fabric::resolve(&inventory, &m.options().fabric, m.node_name(), m.driver());
+            let rails = facts.facts.iter().map(|(a, f)| (*a, f.rail)).collect();
+            assignment.set_rails(&rails);
+        }
         Snapshot {
             inventory,
             assignment,
@@ -37,6 +49,7 @@ impl Snapshot {
 /// the inventory changes; runs until the inventory sender goes away.
 pub async fn follow(
     config: Arc<ClassicConfig>,
+    model: Option<ModelConfig>,
     mut inventories: watch::Receiver<Arc<Inventory>>,
     snapshots: watch::Sender<Arc<Snapshot>>,
 ) {
@@ -45,7 +58,7 @@ pub async fn follow(
             return;
         }
         let inventory = Arc::clone(&inventories.borrow_and_update());
-        let next = Snapshot::new(&config, inventory);
+        let next = Snapshot::new(&config, model.as_ref(), inventory);
         for overlap in &next.assignment.overlaps {
             tracing::error!(
                 device = %overlap.device,

@@ -68,10 +68,14 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     // With the classic path on, DRA publishes only the devices left to it.
     let dra_split = config.classic.as_ref().map(|s| s.config.clone());
     let classic = match config.classic {
-        Some(settings) => Some(
-            crate::classic::start(settings, started.inventory.clone(), stop_rx.clone())
-                .context("failed to start the classic device plugin")?,
-        ),
+        Some(mut settings) => {
+            // The scoring's rails come from the same fabric facts as DRA's.
+            settings.fabric = Some(model.clone());
+            Some(
+                crate::classic::start(settings, started.inventory.clone(), stop_rx.clone())
+                    .context("failed to start the classic device plugin")?,
+            )
+        }
         None => None,
     };
 

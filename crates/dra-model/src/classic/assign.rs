@@ -6,7 +6,7 @@
 //! any overlap ([`Assignment::check`]); when a function appears later and
 //! overlaps, it is offered by neither path and reported.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use topology::{FunctionKind, Inventory, PciAddress};
 
@@ -72,6 +72,16 @@ impl Assignment {
             Err(OverlapError {
                 overlaps: self.overlaps.clone(),
             })
+        }
+    }
+
+    /// Replaces the default rails (PF ordinals) with fabric facts: every
+    /// device `rails` names takes that rail.
+    pub fn set_rails(&mut self, rails: &BTreeMap<PciAddress, u32>) {
+        for device in self.resources.iter_mut().flat_map(|r| r.devices.iter_mut()) {
+            if let Some(rail) = rails.get(&device.address) {
+                device.rail = *rail;
+            }
         }
     }
 

@@ -189,7 +189,11 @@ async fn with_cdi_allocate_names_devices_of_a_written_spec() {
         ]
     );
     assert_eq!(got.envs["PCIDEVICE_AMD_COM_NIC"], "0000:44:00.0");
-    let spec_path = node.dir.path().join("cdi").join(crate::classic::cdi::FILE_NAME);
+    let spec_path = node
+        .dir
+        .path()
+        .join("cdi")
+        .join(crate::classic::cdi::FILE_NAME);
     let spec: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&spec_path).unwrap()).unwrap();
     assert_eq!(spec["kind"], "amd.com/ainic");

@@ -85,6 +85,7 @@ fn settings(root: &Path, config: ClassicConfig, cdi: bool) -> ClassicSettings {
         cdi_dir: cdi.then(|| root.join("cdi")),
         dev_root: root.join("dev"),
         poll: Duration::from_millis(20),
+        fabric: None,
     }
 }
 

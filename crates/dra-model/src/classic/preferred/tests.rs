@@ -35,6 +35,26 @@ fn two_nics_share_a_numa_node_and_root_but_not_a_switch() {
 }
 
 #[test]
+fn fabric_rails_steer_the_pair_off_a_shared_rail() {
+    let mut a = assign(&ClassicConfig::default(), &two_socket_node());
+    // Fabric facts put 0c and 2c on one rail: 0d+2c is now the best pair.
+    let rails = [
+        ("0000:0c:00.0", 0),
+        ("0000:0d:00.0", 1),
+        ("0000:2c:00.0", 0),
+    ]
+    .map(|(addr, rail)| (addr.parse().unwrap(), rail))
+    .into_iter()
+    .collect();
+    a.set_rails(&rails);
+    let nics = a.resource("amd.com/nic").unwrap().devices.clone();
+    assert_eq!(
+        prefer(&nics, &all_ids(&nics), &[], 2),
+        ["0000:0d:00.0", "0000:2c:00.0"]
+    );
+}
+
+#[test]
 fn must_include_moves_the_choice_to_its_numa_node() {
     let nics = resource("amd.com/nic");
     assert_eq!(
