@@ -26,7 +26,7 @@ pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +92,9 @@ pub fn start(
         cdi_enabled: settings.cdi_dir.is_some(),
     };
     if let Some(dir) = settings.cdi_dir.clone() {
+        // The spec exists before any plugin can answer with its names.
+        write_cdi(&dir, &settings.dev_root, options, &snapshots.borrow())
+            .context("failed to write the classic CDI spec")?;
         let task = follow_cdi(dir, settings.dev_root.clone(), options, snapshots.clone());
         tasks.spawn(with_shutdown(task, shutdown.clone()));
     }
@@ -116,7 +119,18 @@ async fn with_shutdown(task: impl Future<Output = ()>, mut shutdown: watch::Rece
     }
 }
 
-/// Keeps the classic CDI spec in step with the split; removes it at the end.
+fn write_cdi(
+    dir: &Path,
+    dev_root: &Path,
+    options: AllocateOptions,
+    snapshot: &Snapshot,
+) -> anyhow::Result<()> {
+    let spec = cdi::build(snapshot, options.char_devices, dev_root)?;
+    cdi::write(dir, &spec).with_context(|| format!("cannot write into {}", dir.display()))
+}
+
+/// Keeps the classic CDI spec (written once by [`start`]) in step with the
+/// split; removes it at the end.
 async fn follow_cdi(
     dir: PathBuf,
     dev_root: PathBuf,
@@ -130,15 +144,10 @@ async fn follow_cdi(
         }
     }
     let _guard = RemoveOnDrop(dir.clone());
-    loop {
+    while snapshots.changed().await.is_ok() {
         let snapshot = Arc::clone(&snapshots.borrow_and_update());
-        let written = cdi::build(&snapshot, options.char_devices, &dev_root)
-            .and_then(|spec| Ok(cdi::write(&dir, &spec)?));
-        if let Err(e) = written {
-            tracing::error!(dir = %dir.display(), error = %format!("{e:#}"), "cannot write classic CDI spec");
-        }
-        if snapshots.changed().await.is_err() {
-            return;
+        if let Err(e) = write_cdi(&dir, &dev_root, options, &snapshot) {
+            tracing::error!(dir = %dir.display(), error = %format!("{e:#}"), "cannot update classic CDI spec");
         }
     }
 }

@@ -1,0 +1,158 @@
+//! A real container runtime resolves the CDI names the classic path answers
+//! `Allocate` with (`--cdi-enabled`): the container gets the NIC's verbs
+//! device and `rdma_cm` from the agent's node-wide classic spec.
+//!
+//! Needs root and podman with runc (`apt-get install podman runc
+//! busybox-static`, done by `.ci/run`); without them it fails, it does not
+//! skip. Podman 4.3 reads specs only from `/etc/cdi` and `/var/run/cdi`, so
+//! the spec is copied there for the run and removed after.
+
+mod node_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kubelet_api::deviceplugin::v1beta1 as dp;
+use testkit::fake_kubelet_dp::FakeKubelet;
+
+use node_support::{Agent, NODE, World};
+
+/// Removes the copied spec when the test ends, pass or fail.
+struct Installed(PathBuf);
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn rootfs(dir: &Path) -> PathBuf {
+    let root = dir.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox is required (apt-get install busybox-static)");
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
+    root
+}
+
+fn start_agent(world: &World, plugins: &Path) -> Agent {
+    let d = world.dirs();
+    let log = world.tmp.path().join("agent.log");
+    let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args([
+            "--log",
+            "info",
+            "node",
+            "--node-name",
+            NODE,
+            "--http-addr",
+            "",
+        ])
+        .arg("--sysfs-root")
+        .arg(&world.sysfs)
+        .arg("--dev-root")
+        .arg(&d.dev)
+        .arg("--kubeconfig")
+        .arg(&world.kubeconfig)
+        .arg("--plugin-dir")
+        .arg(&d.plugin)
+        .arg("--registry-dir")
+        .arg(&d.registry)
+        .arg("--cdi-dir")
+        .arg(&d.cdi)
+        .arg("--state-dir")
+        .arg(&d.state)
+        .args(["--device-plugin", "--cdi-enabled", "--device-plugin-dir"])
+        .arg(plugins)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start ainic-dra node");
+    Agent {
+        child,
+        http: String::new(),
+        log,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_resolves_the_classic_cdi_names() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let plugins = world.tmp.path().join("device-plugins");
+    let kubelet = FakeKubelet::start(&plugins).await.unwrap();
+    let _agent = start_agent(&world, &plugins);
+    let wait = Duration::from_secs(30);
+    let r = kubelet
+        .wait_for_registration("amd.com/nic", 1, wait)
+        .await
+        .unwrap();
+    let mut client = kubelet.dial(&r.endpoint).await.unwrap();
+    let request = dp::AllocateRequest {
+        container_requests: vec![dp::ContainerAllocateRequest {
+            devices_ids: vec!["0000:04:00.0".into()],
+        }],
+    };
+    let mut answer = client.allocate(request).await.unwrap().into_inner();
+    let container = answer.container_responses.remove(0);
+    assert!(
+        container.devices.is_empty(),
+        "CDI mode gives no device specs"
+    );
+    let names: Vec<String> = container.cdi_devices.into_iter().map(|c| c.name).collect();
+
+    let spec = world.dirs().cdi.join("ainic-dra-classic.json");
+    let installed = Installed(Path::new("/var/run/cdi").join(format!(
+        "ainic-dra-classic-test-{}.json",
+        std::process::id()
+    )));
+    std::fs::create_dir_all("/var/run/cdi").unwrap();
+    std::fs::copy(&spec, &installed.0).unwrap();
+
+    let root = rootfs(world.tmp.path());
+    let mut podman = Command::new("podman");
+    podman
+        .args(["--runtime", "runc", "run", "--rm", "--network=none"])
+        .args([
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+        ]);
+    for name in &names {
+        podman.args(["--device", name]);
+    }
+    for (key, value) in &container.envs {
+        podman.args(["--env", &format!("{key}={value}")]);
+    }
+    let output = podman
+        .arg("--rootfs")
+        .arg(&root)
+        .args(["/bin/sh", "-c", "env; ls -l /dev/infiniband"])
+        .output()
+        .expect("podman is required (apt-get install podman runc busybox-static)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "podman failed for {names:?}: {stderr}\n{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l == "PCIDEVICE_AMD_COM_NIC=0000:04:00.0"),
+        "{stdout}"
+    );
+    let ls: Vec<&str> = stdout.lines().filter(|l| l.starts_with('c')).collect();
+    let has = |numbers: [&str; 2], name: &str| {
+        ls.iter()
+            .any(|l| numbers.iter().any(|n| l.contains(n)) && l.ends_with(name))
+    };
+    assert!(has(["231, 192", "231,192"], "uverbs0"), "{ls:?}");
+    assert!(has(["10,  58", "10, 58"], "rdma_cm"), "{ls:?}");
+    assert_eq!(ls.len(), 2, "only the allocated NIC's devices: {ls:?}");
+}
