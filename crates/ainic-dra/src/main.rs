@@ -3,6 +3,7 @@
 
 mod classic;
 mod cli;
+mod demo;
 mod node;
 
 use std::process::ExitCode;
@@ -35,6 +36,8 @@ enum Command {
     Node(cli::node::NodeArgs),
     /// Allocate ResourceClaims on a node as kube-scheduler would, from objects in files.
     Simulate(cli::simulate::SimulateArgs),
+    /// See the whole driver work on this machine: simulated nodes, real agents, no cluster.
+    Demo(cli::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Deviceclasses(args) => cli::deviceclasses::run(args),
         Command::Node(args) => cli::node::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
+        Command::Demo(args) => cli::demo::run(args),
     };
     cli::exit_code(result)
 }
