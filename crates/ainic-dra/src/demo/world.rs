@@ -114,6 +114,7 @@ impl World {
                 (temp.path().to_path_buf(), Some(temp))
             }
         };
+        check_socket_paths(&base)?;
         let yaml = testkit::fixture::bundled_by_name(TOPOLOGY).context("bundled topology")?;
         let topology = testkit::fixture::Topology::from_yaml(yaml)?;
         let mut nodes = Vec::new();
@@ -248,6 +249,22 @@ impl World {
         self.agents.clear();
         Ok(stopped)
     }
+}
+
+/// Unix socket paths are limited to 107 bytes; the deepest one the demo
+/// creates is the registration socket.
+fn check_socket_paths(base: &Path) -> Result<()> {
+    const MAX: usize = 107;
+    let dirs = NodeDirs::under(base, NODES[0].0);
+    let socket = dirs.registry.join(format!("{DRIVER}-reg.sock"));
+    let len = socket.as_os_str().len();
+    if len > MAX {
+        bail!(
+            "{} is too deep for unix sockets ({len} bytes, at most {MAX}): use a shorter --keep path",
+            base.display()
+        );
+    }
+    Ok(())
 }
 
 /// True when `node`'s pool has all its slices at one generation.
