@@ -132,3 +132,33 @@ pub fn spec_files(cdi_dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edits_are_the_claim_wide_ones_plus_the_named_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = serde_json::json!({
+            "cdiVersion": "0.5.0", "kind": "amd.com/ainic",
+            "containerEdits": {"env": ["A=1"], "deviceNodes": [{"path": "/dev/infiniband/rdma_cm", "major": 10, "minor": 58}]},
+            "devices": [
+                {"name": "u-pf-1", "containerEdits": {"deviceNodes": [{"path": "/dev/infiniband/uverbs1", "major": 231, "minor": 193}]}},
+                {"name": "u-pf-2", "containerEdits": {"env": ["B=2"]}},
+            ],
+        });
+        std::fs::write(dir.path().join("ainic.amd.com-u.json"), spec.to_string()).unwrap();
+        let edits = container_edits(dir.path(), &["amd.com/ainic=u-pf-1".to_string()]).unwrap();
+        assert_eq!(edits.env, ["A=1"]);
+        assert_eq!(
+            edits.device_nodes,
+            [
+                "/dev/infiniband/rdma_cm (10:58)",
+                "/dev/infiniband/uverbs1 (231:193)"
+            ]
+        );
+        let none = container_edits(dir.path(), &["amd.com/ainic=other".to_string()]).unwrap();
+        assert!(none.env.is_empty() && none.device_nodes.is_empty());
+    }
+}

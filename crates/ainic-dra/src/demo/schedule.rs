@@ -160,3 +160,20 @@ pub fn claim_ref(claim: &ResourceClaim) -> ClaimRef {
         claim.metadata.uid.as_deref().unwrap_or_default(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_becomes_a_named_claim_in_the_demo_namespace() {
+        let claim = claim_from_example(examples::SHARED, "share-0").unwrap();
+        assert_eq!(claim.metadata.name.as_deref(), Some("share-0"));
+        assert_eq!(claim.metadata.namespace.as_deref(), Some(NAMESPACE));
+        let requests = claim.spec.devices.unwrap().requests.unwrap();
+        assert_eq!(requests[0].name, "nic");
+        let plain = claim_from_example(examples::MIN_BANDWIDTH, "fast").unwrap();
+        assert!(plain.status.is_none());
+        assert!(claim_from_example("kind: Pod\n", "x").is_err());
+    }
+}

@@ -309,3 +309,33 @@ fn kubeconfig(server: &str) -> String {
          user: demo\ncurrent-context: demo\n"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(pool: &str, generation: i64, count: i64) -> ResourceSlice {
+        serde_json::from_value(json!({"metadata": {"name": "s"}, "spec": {"driver": DRIVER,
+            "nodeName": pool, "pool": {"name": pool, "generation": generation,
+            "resourceSliceCount": count}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pool_is_complete_when_all_its_slices_are_there_at_one_generation() {
+        assert!(!pool_complete(&[], "n"));
+        assert!(pool_complete(&[slice("n", 1, 1)], "n"));
+        assert!(
+            !pool_complete(&[slice("n", 1, 2)], "n"),
+            "one of two slices"
+        );
+        assert!(
+            !pool_complete(&[slice("n", 1, 2), slice("n", 2, 2)], "n"),
+            "mixed generations"
+        );
+        assert!(pool_complete(
+            &[slice("n", 2, 2), slice("n", 2, 2), slice("m", 1, 5)],
+            "n"
+        ));
+    }
+}
