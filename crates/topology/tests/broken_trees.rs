@@ -107,6 +107,28 @@ fn non_utf8_files_cost_only_their_attribute() {
     assert_eq!(inv.warnings.len(), 2, "{:#?}", inv.warnings);
 }
 
+#[test]
+fn attribute_links_out_of_the_root_are_not_followed() {
+    let dir = render("shared-switch");
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("numa"), "0\n").unwrap();
+    let nic = dir.path().join("bus/pci/devices/0000:05:00.0");
+    let numa = nic.join("numa_node");
+    fs::remove_file(&numa).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("numa"), &numa).unwrap();
+    let inv = discover(dir.path(), &DiscoveryConfig::default()).unwrap();
+    assert_eq!(inv.nic(addr("0000:05:00.0")).unwrap().location.numa_node, None);
+    assert_eq!(inv.warnings.len(), 1, "{:#?}", inv.warnings);
+    assert!(inv.warnings[0].contains("leads out of the sysfs root"), "{:#?}", inv.warnings);
+
+    // A link that stays inside the root is followed.
+    fs::remove_file(&numa).unwrap();
+    std::os::unix::fs::symlink("../../0000:02:01.0/0000:04:00.0/numa_node", &numa).unwrap();
+    let inv = discover(dir.path(), &DiscoveryConfig::default()).unwrap();
+    assert!(inv.warnings.is_empty(), "{:#?}", inv.warnings);
+    assert_eq!(inv.nic(addr("0000:05:00.0")).unwrap().location.numa_node, Some(0));
+}
+
 /// Copies a rendered tree into memory, links kept as links.
 fn load(root: &Path, rel: &str, mut tree: MemBackend, files: &mut Vec<String>) -> MemBackend {
     for entry in fs::read_dir(root.join(rel)).unwrap() {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use crate::model::{CharDevice, RdmaDevice, RdmaPort};
-use crate::sysfs::{Backend, parse};
+use crate::sysfs::{Backend, EntryKind, parse};
 
 use super::function::Function;
 use super::reader::{IfMissing, Reader};
@@ -28,16 +28,17 @@ impl CharDevices {
     pub(crate) fn read<B: Backend>(r: &mut Reader<'_, B>) -> Self {
         let mut all = CharDevices::default();
         for (name, dir) in class_entries(r, "class/infiniband_verbs", &["uverbs"]) {
-            let (Some(ibdev), Some(dev)) = ibdev_and_dev(r, &name, &dir) else {
+            let who = format!("class/infiniband_verbs/{name}");
+            let (Some(ibdev), Some(dev)) = ibdev_and_dev(r, &who, &name, &dir) else {
                 continue;
             };
             all.verbs.insert(ibdev, dev);
         }
         for (name, dir) in class_entries(r, "class/infiniband_mad", &["umad", "issm"]) {
-            let (Some(ibdev), Some(dev)) = ibdev_and_dev(r, &name, &dir) else {
+            let who = format!("class/infiniband_mad/{name}");
+            let (Some(ibdev), Some(dev)) = ibdev_and_dev(r, &who, &name, &dir) else {
                 continue;
             };
-            let who = format!("class/infiniband_mad/{name}");
             let Some(port) = r.field(&who, &dir, "port", parse::decimal, IfMissing::Warn) else {
                 continue;
             };
@@ -165,8 +166,9 @@ fn ports<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str) -> Vec<Rd
         .collect()
 }
 
-/// `(name, path)` of the entries of a class directory whose names start
-/// with one of `prefixes`; nothing when the class is absent.
+/// `(name, resolved directory)` of the entries of a class directory whose
+/// names start with one of `prefixes`; nothing when the class is absent.
+/// Each link is resolved once here, not once per file read below it.
 fn class_entries<B: Backend>(
     r: &mut Reader<'_, B>,
     class: &str,
@@ -175,29 +177,38 @@ fn class_entries<B: Backend>(
     if !r.fs.exists(class) {
         return Vec::new();
     }
-    match r.fs.list(class) {
-        Ok(entries) => entries
-            .into_iter()
-            .filter(|(n, _)| prefixes.iter().any(|p| n.starts_with(p)))
-            .map(|(n, _)| (n.clone(), format!("{class}/{n}")))
-            .collect(),
+    let entries = match r.fs.list(class) {
+        Ok(entries) => entries,
         Err(e) => {
             r.warn(class, format!("cannot list: {e}"));
-            Vec::new()
+            return Vec::new();
+        }
+    };
+    let mut found = Vec::new();
+    for (name, _) in entries {
+        if !prefixes.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        let who = format!("{class}/{name}");
+        match r.fs.resolve(&who) {
+            Ok((dir, EntryKind::Dir)) => found.push((name, dir)),
+            Ok(_) => r.warn(&who, "not a directory; skipped".into()),
+            Err(e) => r.warn(&who, format!("cannot resolve: {e}; skipped")),
         }
     }
+    found
 }
 
 /// The `ibdev` and `dev` of a char device entry, warning under its class path.
 fn ibdev_and_dev<B: Backend>(
     r: &mut Reader<'_, B>,
+    who: &str,
     name: &str,
     dir: &str,
 ) -> (Option<String>, Option<CharDevice>) {
-    let who = dir.to_string();
-    let ibdev = r.field(&who, dir, "ibdev", parse::text, IfMissing::Warn);
+    let ibdev = r.field(who, dir, "ibdev", parse::text, IfMissing::Warn);
     let dev = r
-        .field(&who, dir, "dev", parse::dev_numbers, IfMissing::Warn)
+        .field(who, dir, "dev", parse::dev_numbers, IfMissing::Warn)
         .map(|(major, minor)| CharDevice {
             path: format!("{DEV_DIR}/{name}"),
             major,

@@ -1,15 +1,21 @@
 //! The backend trait, the on-disk backend, and the rooted path resolver.
 
-use std::cell::RefCell;
-use std::collections::{HashSet, VecDeque};
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 /// The longest chain of symlinks followed for one path; more means a loop.
 pub const MAX_LINK_HOPS: usize = 40;
 
 /// The largest file read, in bytes; sysfs attributes are at most one page.
-const MAX_FILE_BYTES: u64 = 64 * 1024;
+const MAX_FILE_BYTES: usize = 64 * 1024;
+
+/// Directory listings kept at once. Discovery reads one device at a time,
+/// so a few dozen hold its working set while memory stays bounded on nodes
+/// with thousands of functions.
+const CACHED_LISTINGS: usize = 64;
 
 /// What a directory entry is, without following it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,8 +41,9 @@ pub trait Backend {
     fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>>;
     /// The target text of the symlink at `path`.
     fn read_link(&self, path: &str) -> io::Result<PathBuf>;
-    /// The content of the regular file at `path`.
-    fn read_file(&self, path: &str) -> io::Result<String>;
+    /// The content of the regular file at `path`, or `Ok(None)` when
+    /// `path` is a symlink, which is never followed here.
+    fn read_file(&self, path: &str) -> io::Result<Option<String>>;
 }
 
 /// A [`Backend`] over a real directory (e.g. `/sys`).
@@ -95,12 +102,42 @@ impl Backend for DirBackend {
         std::fs::read_link(self.full(path))
     }
 
-    fn read_file(&self, path: &str) -> io::Result<String> {
-        let mut text = String::new();
-        std::fs::File::open(self.full(path))?
-            .take(MAX_FILE_BYTES)
-            .read_to_string(&mut text)?;
-        Ok(text)
+    fn read_file(&self, path: &str) -> io::Result<Option<String>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NOFOLLOW: a symlink in last place fails with ELOOP instead of
+        // being followed, so one open both checks and reads. O_NONBLOCK: a
+        // fifo planted in a fake tree reads as empty instead of hanging.
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(self.full(path));
+        let mut file = match opened {
+            Ok(file) => file,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // One read usually returns the whole attribute; a short read of a
+        // regular file means end of file, which saves a syscall per file.
+        let mut buf = vec![0u8; 4096];
+        let mut len = 0;
+        loop {
+            let n = file.read(&mut buf[len..])?;
+            len += n;
+            if n == 0 || len < buf.len() {
+                break;
+            }
+            if buf.len() >= MAX_FILE_BYTES {
+                return Err(io::Error::new(
+                    io::ErrorKind::FileTooLarge,
+                    "file too large",
+                ));
+            }
+            buf.resize(buf.len() * 2, 0);
+        }
+        buf.truncate(len);
+        String::from_utf8(buf)
+            .map(Some)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
     }
 }
 
@@ -155,15 +192,20 @@ impl FsError {
 
 /// A sysfs tree reached through a [`Backend`], never leaving its root.
 ///
-/// Resolution results of directories are cached for the life of the value,
-/// so one `Sysfs` should serve one discovery pass.
+/// Directory listings are cached (a few dozen, least recently used out) so
+/// that the kind of each entry costs no syscall of its own; one `Sysfs`
+/// should serve one discovery pass.
 #[derive(Debug)]
 pub struct Sysfs<B> {
     backend: B,
     /// The root as an absolute path, to map absolute link targets inside it.
     root_abs: Option<PathBuf>,
-    known_dirs: RefCell<HashSet<String>>,
+    listings: RefCell<HashMap<String, (Rc<Listing>, u64)>>,
+    clock: Cell<u64>,
 }
+
+/// The entries of one directory, by name.
+type Listing = HashMap<String, EntryKind>;
 
 impl Sysfs<DirBackend> {
     /// The tree below the directory `root`.
@@ -172,7 +214,8 @@ impl Sysfs<DirBackend> {
         Sysfs {
             backend: DirBackend::new(root),
             root_abs,
-            known_dirs: RefCell::default(),
+            listings: RefCell::default(),
+            clock: Cell::new(0),
         }
     }
 }
@@ -183,7 +226,8 @@ impl<B: Backend> Sysfs<B> {
         Sysfs {
             backend,
             root_abs: None,
-            known_dirs: RefCell::default(),
+            listings: RefCell::default(),
+            clock: Cell::new(0),
         }
     }
 
@@ -230,27 +274,60 @@ impl<B: Backend> Sysfs<B> {
     }
 
     /// The content of the regular file at `path`.
+    ///
+    /// The directory part is resolved (from cached listings), then the file
+    /// is opened without following a link; only a link in last place takes
+    /// the slow path through [`Sysfs::resolve`].
     pub fn read(&self, path: &str) -> Result<String, FsError> {
-        let (real, kind) = self.resolve(path)?;
-        if kind != EntryKind::File {
-            return Err(FsError::WrongKind {
-                path: path.into(),
-                expected: "regular file",
-            });
+        let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
+        if !matches!(name, "" | "." | "..") {
+            let real_parent = self.resolve_dir(parent, path)?;
+            let real = join(&real_parent, name);
+            match self.backend.read_file(&real) {
+                Ok(Some(text)) => return Ok(text),
+                Ok(None) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(FsError::NotFound { path: path.into() });
+                }
+                Err(e) if e.kind() == io::ErrorKind::IsADirectory => {
+                    return Err(FsError::WrongKind {
+                        path: path.into(),
+                        expected: "regular file",
+                    });
+                }
+                Err(e) => return Err(io_err(path, e)),
+            }
         }
-        self.backend.read_file(&real).map_err(|e| io_err(path, e))
+        let (real, kind) = self.resolve(path)?;
+        let wrong = || FsError::WrongKind {
+            path: path.into(),
+            expected: "regular file",
+        };
+        if kind != EntryKind::File {
+            return Err(wrong());
+        }
+        self.backend
+            .read_file(&real)
+            .map_err(|e| io_err(path, e))?
+            .ok_or_else(wrong)
+    }
+
+    fn resolve_dir(&self, dir: &str, asked: &str) -> Result<String, FsError> {
+        match self.resolve(dir)? {
+            (real, EntryKind::Dir) => Ok(real),
+            _ => Err(FsError::WrongKind {
+                path: asked.into(),
+                expected: "file in a directory",
+            }),
+        }
     }
 
     /// The entries of the directory at `path`, sorted by name.
     pub fn list(&self, path: &str) -> Result<Vec<(String, EntryKind)>, FsError> {
-        let (real, kind) = self.resolve(path)?;
-        if kind != EntryKind::Dir {
-            return Err(FsError::WrongKind {
-                path: path.into(),
-                expected: "directory",
-            });
-        }
-        let mut entries = self.backend.list(&real).map_err(|e| io_err(path, e))?;
+        let real = self.resolve_dir(path, path)?;
+        let listing = self.listing(&real).map_err(|e| io_err(path, e))?;
+        let mut entries: Vec<(String, EntryKind)> =
+            listing.iter().map(|(n, k)| (n.clone(), *k)).collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(entries)
     }
@@ -291,20 +368,44 @@ impl<B: Backend> Sysfs<B> {
     }
 
     fn kind(&self, real: &str, asked: &str) -> Result<EntryKind, FsError> {
-        if self.known_dirs.borrow().contains(real) {
+        let not_found = || FsError::NotFound { path: asked.into() };
+        if real.is_empty() {
             return Ok(EntryKind::Dir);
         }
-        let kind = self.backend.kind(real).map_err(|e| {
+        let (parent, name) = real.rsplit_once('/').unwrap_or(("", real));
+        if let Ok(listing) = self.listing(parent) {
+            return listing.get(name).copied().ok_or_else(not_found);
+        }
+        self.backend.kind(real).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
-                FsError::NotFound { path: asked.into() }
+                not_found()
             } else {
                 io_err(asked, e)
             }
-        })?;
-        if kind == EntryKind::Dir {
-            self.known_dirs.borrow_mut().insert(real.to_string());
+        })
+    }
+
+    /// The cached listing of the real directory `dir`, read on first use.
+    fn listing(&self, dir: &str) -> io::Result<Rc<Listing>> {
+        let now = self.clock.get() + 1;
+        self.clock.set(now);
+        let mut cache = self.listings.borrow_mut();
+        if let Some((listing, used)) = cache.get_mut(dir) {
+            *used = now;
+            return Ok(Rc::clone(listing));
         }
-        Ok(kind)
+        let listing: Rc<Listing> = Rc::new(self.backend.list(dir)?.into_iter().collect());
+        if cache.len() >= CACHED_LISTINGS {
+            let oldest = cache
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                cache.remove(&oldest);
+            }
+        }
+        cache.insert(dir.to_string(), (Rc::clone(&listing), now));
+        Ok(listing)
     }
 
     /// Turns a link target into components to walk from `resolved` (the

@@ -110,10 +110,14 @@ impl Backend for MemBackend {
         }
     }
 
-    fn read_file(&self, path: &str) -> io::Result<String> {
+    fn read_file(&self, path: &str) -> io::Result<Option<String>> {
         match self.get(path)? {
-            Node::File(c) => Ok(c.clone()),
-            _ => Err(wrong(path)),
+            Node::File(c) => Ok(Some(c.clone())),
+            Node::Link(_) => Ok(None),
+            Node::Dir => Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                path.to_string(),
+            )),
         }
     }
 }
