@@ -117,16 +117,26 @@ fn attribute_links_out_of_the_root_are_not_followed() {
     fs::remove_file(&numa).unwrap();
     std::os::unix::fs::symlink(outside.path().join("numa"), &numa).unwrap();
     let inv = discover(dir.path(), &DiscoveryConfig::default()).unwrap();
-    assert_eq!(inv.nic(addr("0000:05:00.0")).unwrap().location.numa_node, None);
+    assert_eq!(
+        inv.nic(addr("0000:05:00.0")).unwrap().location.numa_node,
+        None
+    );
     assert_eq!(inv.warnings.len(), 1, "{:#?}", inv.warnings);
-    assert!(inv.warnings[0].contains("leads out of the sysfs root"), "{:#?}", inv.warnings);
+    assert!(
+        inv.warnings[0].contains("leads out of the sysfs root"),
+        "{:#?}",
+        inv.warnings
+    );
 
     // A link that stays inside the root is followed.
     fs::remove_file(&numa).unwrap();
     std::os::unix::fs::symlink("../../0000:02:01.0/0000:04:00.0/numa_node", &numa).unwrap();
     let inv = discover(dir.path(), &DiscoveryConfig::default()).unwrap();
     assert!(inv.warnings.is_empty(), "{:#?}", inv.warnings);
-    assert_eq!(inv.nic(addr("0000:05:00.0")).unwrap().location.numa_node, Some(0));
+    assert_eq!(
+        inv.nic(addr("0000:05:00.0")).unwrap().location.numa_node,
+        Some(0)
+    );
 }
 
 /// Copies a rendered tree into memory, links kept as links.

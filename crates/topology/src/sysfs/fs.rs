@@ -1,7 +1,7 @@
 //! The backend trait, the on-disk backend, and the rooted path resolver.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
@@ -16,6 +16,9 @@ const MAX_FILE_BYTES: usize = 64 * 1024;
 /// so a few dozen hold its working set while memory stays bounded on nodes
 /// with thousands of functions.
 const CACHED_LISTINGS: usize = 64;
+
+/// Paths remembered as real directories before the memory is given back.
+const CACHED_DIRS: usize = 8192;
 
 /// What a directory entry is, without following it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,9 +195,10 @@ impl FsError {
 
 /// A sysfs tree reached through a [`Backend`], never leaving its root.
 ///
-/// Directory listings are cached (a few dozen, least recently used out) so
-/// that the kind of each entry costs no syscall of its own; one `Sysfs`
-/// should serve one discovery pass.
+/// What it learns is cached, bounded: paths known to be real directories,
+/// and the listings of directories it enumerated (least recently used out),
+/// so that walking a path costs no syscall per component once it is known.
+/// One `Sysfs` should serve one discovery pass.
 #[derive(Debug)]
 pub struct Sysfs<B> {
     backend: B,
@@ -202,6 +206,7 @@ pub struct Sysfs<B> {
     root_abs: Option<PathBuf>,
     listings: RefCell<HashMap<String, (Rc<Listing>, u64)>>,
     clock: Cell<u64>,
+    known_dirs: RefCell<HashSet<String>>,
 }
 
 /// The entries of one directory, by name.
@@ -216,6 +221,7 @@ impl Sysfs<DirBackend> {
             root_abs,
             listings: RefCell::default(),
             clock: Cell::new(0),
+            known_dirs: RefCell::default(),
         }
     }
 }
@@ -228,6 +234,7 @@ impl<B: Backend> Sysfs<B> {
             root_abs: None,
             listings: RefCell::default(),
             clock: Cell::new(0),
+            known_dirs: RefCell::default(),
         }
     }
 
@@ -367,22 +374,32 @@ impl<B: Backend> Sysfs<B> {
         }
     }
 
+    /// The kind of `real`: from memory when known, else one `lstat` (a
+    /// listing is read only by [`Sysfs::list`], where it pays for itself).
     fn kind(&self, real: &str, asked: &str) -> Result<EntryKind, FsError> {
         let not_found = || FsError::NotFound { path: asked.into() };
-        if real.is_empty() {
+        if real.is_empty() || self.known_dirs.borrow().contains(real) {
             return Ok(EntryKind::Dir);
         }
         let (parent, name) = real.rsplit_once('/').unwrap_or(("", real));
-        if let Ok(listing) = self.listing(parent) {
+        if let Some((listing, _)) = self.listings.borrow().get(parent) {
             return listing.get(name).copied().ok_or_else(not_found);
         }
-        self.backend.kind(real).map_err(|e| {
+        let kind = self.backend.kind(real).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 not_found()
             } else {
                 io_err(asked, e)
             }
-        })
+        })?;
+        if kind == EntryKind::Dir {
+            let mut known = self.known_dirs.borrow_mut();
+            if known.len() >= CACHED_DIRS {
+                known.clear();
+            }
+            known.insert(real.to_string());
+        }
+        Ok(kind)
     }
 
     /// The cached listing of the real directory `dir`, read on first use.
