@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use topology::{FunctionKind, Inventory, PciAddress};
 
 use super::config::{ClassicConfig, ResourceName};
-use super::device::ClassicDevice;
+use super::device::{ClassicDevice, PfFacts};
 
 /// The owner name DRA appears under in overlap reports.
 const DRA_OWNER: &str = "dra";
@@ -106,6 +106,7 @@ pub fn assign(config: &ClassicConfig, inventory: &Inventory) -> Assignment {
         unclaimed: Vec::new(),
         overlaps: Vec::new(),
     };
+    let facts = PfFacts::new(inventory);
     let mut nics: Vec<_> = inventory.nics.iter().collect();
     nics.sort_by_key(|n| n.address);
     for nic in nics {
@@ -124,7 +125,7 @@ pub fn assign(config: &ClassicConfig, inventory: &Inventory) -> Assignment {
                 let i = owners.remove(0);
                 out.resources[i]
                     .devices
-                    .push(ClassicDevice::new(inventory, nic));
+                    .push(ClassicDevice::with_facts(&facts, nic));
             }
             _ => {
                 let mut names: Vec<String> = owners

@@ -6,6 +6,8 @@
 //! plugin uses it, so the `PCIDEVICE_*` env and the IDs the kubelet
 //! checkpoints agree and stay stable across reboots.
 
+use std::collections::BTreeMap;
+
 use topology::{FunctionKind, Inventory, NicFunction, PciAddress, PcieLocation};
 
 /// Whether the kubelet may hand a device to new pods.
@@ -55,19 +57,55 @@ pub struct ClassicDevice {
     pub health: Health,
 }
 
+/// Per-PF facts every function of a card needs (rail, link state), read
+/// once per inventory so building all views stays linear in its size.
+#[derive(Clone, Debug, Default)]
+pub struct PfFacts {
+    /// PF address → (ordinal among the node's PFs, links up).
+    pfs: BTreeMap<PciAddress, (u32, bool)>,
+}
+
+impl PfFacts {
+    /// Reads the PFs of `inventory`.
+    pub fn new(inventory: &Inventory) -> Self {
+        let mut pfs: Vec<&NicFunction> = inventory.nics.iter().filter(|n| n.is_pf()).collect();
+        pfs.sort_by_key(|n| n.address);
+        let pfs = pfs
+            .iter()
+            .enumerate()
+            .map(|(i, pf)| {
+                let ordinal = u32::try_from(i).unwrap_or(u32::MAX);
+                (pf.address, (ordinal, own_links_up(pf)))
+            })
+            .collect();
+        PfFacts { pfs }
+    }
+}
+
 impl ClassicDevice {
     /// Builds the view of `nic`, which must be a function of `inventory`.
     pub fn new(inventory: &Inventory, nic: &NicFunction) -> Self {
-        let role = match nic.kind {
-            FunctionKind::Pf { .. } => DeviceRole::Pf,
-            FunctionKind::Vf { physfn, .. } => DeviceRole::Vf { physfn },
+        Self::with_facts(&PfFacts::new(inventory), nic)
+    }
+
+    /// Builds the view of `nic` from the facts of its inventory's PFs.
+    pub fn with_facts(facts: &PfFacts, nic: &NicFunction) -> Self {
+        let (role, card) = match nic.kind {
+            FunctionKind::Pf { .. } => (DeviceRole::Pf, nic.address),
+            FunctionKind::Vf { physfn, .. } => (DeviceRole::Vf { physfn }, physfn),
         };
+        let (rail, card_up) = facts.pfs.get(&card).copied().unwrap_or((0, true));
+        let healthy = own_links_up(nic) && (role == DeviceRole::Pf || card_up);
         ClassicDevice {
             address: nic.address,
             role,
             location: nic.location.clone(),
-            rail: default_rail(inventory, nic),
-            health: health(inventory, nic),
+            rail,
+            health: if healthy {
+                Health::Healthy
+            } else {
+                Health::Unhealthy
+            },
         }
     }
 
@@ -87,33 +125,6 @@ impl ClassicDevice {
             DeviceRole::Pf => self.address,
             DeviceRole::Vf { physfn } => physfn,
         }
-    }
-}
-
-/// The ordinal of the function's PF among all PFs, by address.
-fn default_rail(inventory: &Inventory, nic: &NicFunction) -> u32 {
-    let pf = match nic.kind {
-        FunctionKind::Pf { .. } => nic.address,
-        FunctionKind::Vf { physfn, .. } => physfn,
-    };
-    let ordinal = inventory
-        .nics
-        .iter()
-        .filter(|n| n.is_pf() && n.address < pf)
-        .count();
-    u32::try_from(ordinal).unwrap_or(u32::MAX)
-}
-
-/// Health of `nic`: its own link and RDMA ports, and for a VF its PF's too.
-pub fn health(inventory: &Inventory, nic: &NicFunction) -> Health {
-    let parent_ok = match nic.kind {
-        FunctionKind::Vf { physfn, .. } => inventory.nic(physfn).is_none_or(own_links_up),
-        FunctionKind::Pf { .. } => true,
-    };
-    if parent_ok && own_links_up(nic) {
-        Health::Healthy
-    } else {
-        Health::Unhealthy
     }
 }
 

@@ -32,6 +32,6 @@ pub use allocate::{
 };
 pub use assign::{Assignment, Overlap, OverlapError, ResourceDevices, assign, dra_share};
 pub use config::{CharDeviceOptions, ClassicConfig, ConfigError, ResourceName, ResourceSpec};
-pub use device::{ClassicDevice, DeviceRole, Health};
+pub use device::{ClassicDevice, DeviceRole, Health, PfFacts};
 pub use preferred::{PreferenceError, SetCost, preferred_allocation};
 pub use selector::DeviceSelector;

@@ -30,9 +30,12 @@
 //! must-include devices and adds the device of least added cost, preferring
 //! that node's devices; the best pass wins. The cost is a sum over devices and
 //! pairs, so the added cost of one device is exact, and filling one NUMA node
-//! first is what criterion 1 asks.
+//! first is what criterion 1 asks. Functions of one card at one PCIe
+//! position add the same cost, so each step only weighs the lowest address
+//! of each such group (8 PFs × 256 VFs: about 0.5 ms per request,
+//! `cargo bench -p dra-model --bench classic`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use topology::{Affinity, PciAddress, classify};
 
@@ -134,10 +137,12 @@ pub fn preferred_allocation(
     must_include: &[String],
     size: usize,
 ) -> Result<Vec<String>, PreferenceError> {
+    let by_address: BTreeMap<PciAddress, &ClassicDevice> =
+        devices.iter().map(|d| (d.address, d)).collect();
     let lookup = |id: &String| {
         id.parse::<PciAddress>()
             .ok()
-            .and_then(|a| devices.iter().find(|d| d.address == a))
+            .and_then(|a| by_address.get(&a).copied())
             .ok_or_else(|| PreferenceError::UnknownDevice { id: id.clone() })
     };
     let must: BTreeSet<PciAddress> = must_include
@@ -265,20 +270,43 @@ fn greedy<'a>(
     home: Option<u32>,
 ) -> Vec<&'a ClassicDevice> {
     let mut set: Vec<&ClassicDevice> = fixed.to_vec();
-    let mut left: Vec<&ClassicDevice> = free.to_vec();
+    let mut buckets = same_cost_buckets(free);
     for _ in 0..k {
-        let pick = left
+        let pick = buckets
             .iter()
             .enumerate()
+            .filter_map(|(i, b)| b.front().map(|d| (i, *d)))
             .min_by_key(|(_, d)| {
                 let away = home.is_some() && d.numa_node() != home;
                 (away, added_cost(&set, d), d.address)
             })
             .map(|(i, _)| i);
-        let Some(i) = pick else { break };
-        set.push(left.remove(i));
+        let Some(d) = pick.and_then(|i| buckets[i].pop_front()) else {
+            break;
+        };
+        set.push(d);
     }
     set
+}
+
+/// Groups `free` (sorted by address) into buckets of functions that add the
+/// same cost to any set: same card, rail and PCIe position (the VFs of one
+/// PF, typically). Within a bucket only the lowest address can win, so each
+/// greedy step looks at bucket heads instead of every VF.
+fn same_cost_buckets<'a>(free: &[&'a ClassicDevice]) -> Vec<VecDeque<&'a ClassicDevice>> {
+    let mut buckets: Vec<VecDeque<&ClassicDevice>> = Vec::new();
+    for d in free {
+        let same = |b: &&mut VecDeque<&ClassicDevice>| {
+            b.front().is_some_and(|h| {
+                h.card() == d.card() && h.rail == d.rail && h.location == d.location
+            })
+        };
+        match buckets.iter_mut().find(same) {
+            Some(bucket) => bucket.push_back(d),
+            None => buckets.push(VecDeque::from([*d])),
+        }
+    }
+    buckets
 }
 
 #[cfg(test)]
