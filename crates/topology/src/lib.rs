@@ -3,6 +3,25 @@
 //!
 //! This crate is pure: it reads files below a root directory given by the
 //! caller (`/sys` on a node, a generated tree in tests) and does nothing else.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use topology::{DiscoveryConfig, discover};
+//!
+//! let inventory = discover(Path::new("/sys"), &DiscoveryConfig::default())?;
+//! for nic in &inventory.nics {
+//!     let nearest = inventory.nearest_gpu(nic.address);
+//!     println!("{} {:?} nearest GPU {nearest:?}", nic.address, nic.product_name);
+//! }
+//! for warning in &inventory.warnings {
+//!     eprintln!("warning: {warning}");
+//! }
+//! # Ok::<(), topology::DiscoverError>(())
+//! ```
+//!
+//! [`discover`] reads through [`sysfs::Sysfs`], which resolves every symlink
+//! itself and never leaves the root; [`discover_in`] takes any
+//! [`sysfs::Backend`], such as the in-memory [`sysfs::MemBackend`] of tests.
 #![deny(missing_docs)]
 
 pub mod affinity;

@@ -55,6 +55,13 @@ pub(crate) fn identify<B: Backend>(r: &mut Reader<'_, B>, name: &str) -> Option<
             return None;
         }
     };
+    if dir.rsplit('/').next() != Some(name) {
+        r.warn(
+            name,
+            format!("bus/pci/devices entry leads to {dir}, another function; device skipped"),
+        );
+        return None;
+    }
     let vendor = r.required(name, &dir, "vendor", parse::hex_u16)?;
     let device = r.required(name, &dir, "device", parse::hex_u16)?;
     Some(Function {

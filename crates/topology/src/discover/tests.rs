@@ -162,3 +162,17 @@ fn a_custom_allow_list_replaces_the_default() {
     let found: Vec<PciAddress> = inv.nics.iter().map(|n| n.address).collect();
     assert_eq!(found, [addr("0000:04:00.1")]);
 }
+
+#[test]
+fn an_entry_leading_to_another_function_is_skipped() {
+    let tree = tree().link("bus/pci/devices/0000:09:00.0", &format!("../../../{PF}"));
+    let inv = discover_in(&Sysfs::new(tree), &DiscoveryConfig::default()).unwrap();
+    assert_eq!(inv.nics.len(), 2);
+    assert!(
+        inv.warnings
+            .iter()
+            .any(|w| w.starts_with("0000:09:00.0: bus/pci/devices entry leads to")),
+        "{:?}",
+        inv.warnings
+    );
+}
