@@ -19,7 +19,7 @@
 //! # Ok::<(), topology::DiscoverError>(())
 //! ```
 //!
-//! [`discover`] reads through [`sysfs::Sysfs`], which resolves every symlink
+//! [`discover()`] reads through [`sysfs::Sysfs`], which resolves every symlink
 //! itself and never leaves the root; [`discover_in`] takes any
 //! [`sysfs::Backend`], such as the in-memory [`sysfs::MemBackend`] of tests.
 #![deny(missing_docs)]

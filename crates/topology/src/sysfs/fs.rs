@@ -1,16 +1,15 @@
-//! The backend trait, the on-disk backend, and the rooted path resolver.
+//! The rooted path resolver: links resolved by hand, never out of the root.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
+use super::backend::{Backend, DirBackend, EntryKind};
+
 /// The longest chain of symlinks followed for one path; more means a loop.
 pub const MAX_LINK_HOPS: usize = 40;
-
-/// The largest file read, in bytes; sysfs attributes are at most one page.
-const MAX_FILE_BYTES: usize = 64 * 1024;
 
 /// Directory listings kept at once. Discovery reads one device at a time,
 /// so a few dozen hold its working set while memory stays bounded on nodes
@@ -19,130 +18,6 @@ const CACHED_LISTINGS: usize = 64;
 
 /// Paths remembered as real directories before the memory is given back.
 const CACHED_DIRS: usize = 8192;
-
-/// What a directory entry is, without following it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EntryKind {
-    /// A directory.
-    Dir,
-    /// A regular file.
-    File,
-    /// A symbolic link (not followed).
-    Symlink,
-    /// Anything else (socket, fifo, device node).
-    Other,
-}
-
-/// The narrow set of primitives discovery needs. Paths are relative to the
-/// root, `/`-separated, and every component before the last is a real
-/// directory already checked by [`Sysfs`]; implementations never follow the
-/// last component if it is a link.
-pub trait Backend {
-    /// The kind of the entry at `path` (like `lstat`).
-    fn kind(&self, path: &str) -> io::Result<EntryKind>;
-    /// Names and kinds of the entries of the directory `path`.
-    fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>>;
-    /// The target text of the symlink at `path`.
-    fn read_link(&self, path: &str) -> io::Result<PathBuf>;
-    /// The content of the regular file at `path`, or `Ok(None)` when
-    /// `path` is a symlink, which is never followed here.
-    fn read_file(&self, path: &str) -> io::Result<Option<String>>;
-}
-
-/// A [`Backend`] over a real directory (e.g. `/sys`).
-#[derive(Clone, Debug)]
-pub struct DirBackend {
-    root: PathBuf,
-}
-
-impl DirBackend {
-    /// A backend rooted at `root`.
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        DirBackend { root: root.into() }
-    }
-
-    fn full(&self, path: &str) -> PathBuf {
-        if path.is_empty() {
-            self.root.clone()
-        } else {
-            self.root.join(path)
-        }
-    }
-}
-
-fn kind_of(ft: std::fs::FileType) -> EntryKind {
-    if ft.is_symlink() {
-        EntryKind::Symlink
-    } else if ft.is_dir() {
-        EntryKind::Dir
-    } else if ft.is_file() {
-        EntryKind::File
-    } else {
-        EntryKind::Other
-    }
-}
-
-impl Backend for DirBackend {
-    fn kind(&self, path: &str) -> io::Result<EntryKind> {
-        Ok(kind_of(
-            std::fs::symlink_metadata(self.full(path))?.file_type(),
-        ))
-    }
-
-    fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>> {
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(self.full(path))? {
-            let entry = entry?;
-            // Names that are not UTF-8 are never sysfs names we look for.
-            if let Ok(name) = entry.file_name().into_string() {
-                out.push((name, kind_of(entry.file_type()?)));
-            }
-        }
-        Ok(out)
-    }
-
-    fn read_link(&self, path: &str) -> io::Result<PathBuf> {
-        std::fs::read_link(self.full(path))
-    }
-
-    fn read_file(&self, path: &str) -> io::Result<Option<String>> {
-        use std::os::unix::fs::OpenOptionsExt;
-        // O_NOFOLLOW: a symlink in last place fails with ELOOP instead of
-        // being followed, so one open both checks and reads. O_NONBLOCK: a
-        // fifo planted in a fake tree reads as empty instead of hanging.
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(self.full(path));
-        let mut file = match opened {
-            Ok(file) => file,
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        // One read usually returns the whole attribute; a short read of a
-        // regular file means end of file, which saves a syscall per file.
-        let mut buf = vec![0u8; 4096];
-        let mut len = 0;
-        loop {
-            let n = file.read(&mut buf[len..])?;
-            len += n;
-            if n == 0 || len < buf.len() {
-                break;
-            }
-            if buf.len() >= MAX_FILE_BYTES {
-                return Err(io::Error::new(
-                    io::ErrorKind::FileTooLarge,
-                    "file too large",
-                ));
-            }
-            buf.resize(buf.len() * 2, 0);
-        }
-        buf.truncate(len);
-        String::from_utf8(buf)
-            .map(Some)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
-    }
-}
 
 /// Why a path inside the sysfs tree could not be used.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 
-use super::fs::{Backend, EntryKind};
+use super::backend::{Backend, EntryKind};
 
 #[derive(Clone, Debug)]
 enum Node {

@@ -7,9 +7,11 @@
 //! times. What it walks is a [`Backend`]: the real directory tree
 //! ([`DirBackend`]) or an in-memory one for tests ([`MemBackend`]).
 
+mod backend;
 mod fs;
 mod mem;
 pub(crate) mod parse;
 
-pub use fs::{Backend, DirBackend, EntryKind, FsError, MAX_LINK_HOPS, Sysfs};
+pub use backend::{Backend, DirBackend, EntryKind};
+pub use fs::{FsError, MAX_LINK_HOPS, Sysfs};
 pub use mem::MemBackend;
