@@ -2,7 +2,8 @@
 //! one MI300X per PCIe switch (2,056 NIC functions, 16,448 GPU–NIC links).
 //!
 //! The tree is rendered once, on tmpfs (`/dev/shm`) when available since
-//! real sysfs lives in memory too; only `discover` is measured.
+//! real sysfs lives in memory too; only `discover` is measured, with the
+//! automatic thread count and with one thread.
 
 #![allow(missing_docs)]
 
@@ -32,10 +33,17 @@ fn bench_discover(c: &mut Criterion) {
     let inventory = discover(root.path(), &config).expect("discovery runs");
     assert_eq!(inventory.nics.len(), 8 * 257, "{:?}", inventory.warnings);
     assert!(inventory.warnings.is_empty(), "{:?}", inventory.warnings);
+    let one_thread = DiscoveryConfig {
+        threads: 1,
+        ..DiscoveryConfig::default()
+    };
     let mut group = c.benchmark_group("discover");
     group.sample_size(20);
     group.bench_function("8pf_x_256vf", |b| {
         b.iter(|| discover(black_box(root.path()), &config).expect("discovery runs"))
+    });
+    group.bench_function("8pf_x_256vf_one_thread", |b| {
+        b.iter(|| discover(black_box(root.path()), &one_thread).expect("discovery runs"))
     });
     group.finish();
 }

@@ -10,15 +10,16 @@ mod function;
 mod net;
 mod rdma;
 mod reader;
+mod scan;
 mod sriov;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::affinity::classify;
 use crate::model::{Gpu, GpuNicLink, Inventory, NicFunction};
 use crate::sysfs::{Backend, FsError, Sysfs};
 
-use function::Function;
 use reader::Reader;
 
 /// PCI vendor ID of AMD Pensando (AINIC).
@@ -44,6 +45,9 @@ pub struct DiscoveryConfig {
     /// Vendors whose display (class `0x03xxxx`) and processing-accelerator
     /// (class `0x1200xx`) functions are GPUs. Default: AMD and NVIDIA.
     pub gpu_vendors: Vec<u16>,
+    /// Threads reading `bus/pci/devices`; 0 (the default) picks one per
+    /// 256 entries, at most 8 and at most the CPUs available.
+    pub threads: usize,
 }
 
 impl Default for DiscoveryConfig {
@@ -54,6 +58,7 @@ impl Default for DiscoveryConfig {
                 (AINIC_VENDOR, AINIC_VF_DEVICE),
             ],
             gpu_vendors: vec![AMD_VENDOR, NVIDIA_VENDOR],
+            threads: 0,
         }
     }
 }
@@ -67,6 +72,20 @@ impl DiscoveryConfig {
     /// True when a function of `vendor` may be a GPU (its class decides).
     pub fn is_gpu_vendor(&self, vendor: u16) -> bool {
         self.gpu_vendors.contains(&vendor)
+    }
+
+    /// How many threads read `entries` PCI functions (at least 1).
+    pub fn workers(&self, entries: usize) -> usize {
+        const ENTRIES_PER_WORKER: usize = 256;
+        const MAX_WORKERS: usize = 8;
+        let wanted = if self.threads > 0 {
+            self.threads
+        } else {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            cpus.min(MAX_WORKERS)
+                .min(entries.div_ceil(ENTRIES_PER_WORKER))
+        };
+        wanted.clamp(1, entries.max(1))
     }
 
     /// True when `class` is a display or processing-accelerator class.
@@ -99,21 +118,63 @@ pub enum DiscoverError {
 }
 
 /// Discovers the AINICs and GPUs below the sysfs root `sysfs_root`.
+///
+/// Large trees are read by several threads (see [`DiscoveryConfig::threads`]);
+/// the result is the same as reading them in one.
 pub fn discover(sysfs_root: &Path, config: &DiscoveryConfig) -> Result<Inventory, DiscoverError> {
-    discover_in(&Sysfs::open(sysfs_root), config).map_err(|e| match e {
+    let fs = Sysfs::open(sysfs_root);
+    let names = device_names(&fs).map_err(|e| match e {
         DiscoverError::NoPciDevices { path, source, .. } => DiscoverError::NoPciDevices {
             root: sysfs_root.to_path_buf(),
             path: sysfs_root.join(path),
             source,
         },
-    })
+    })?;
+    let mut r = Reader::new(&fs);
+    let chars = rdma::CharDevices::read(&mut r);
+    let workers = config.workers(names.len());
+    let found = if workers <= 1 {
+        vec![scan::scan(&fs, config, &chars, &names)]
+    } else {
+        let chunk = names.len().div_ceil(workers);
+        std::thread::scope(|s| {
+            let started: Vec<_> = names
+                .chunks(chunk)
+                .map(|part| {
+                    let job = || scan::scan(&Sysfs::open(sysfs_root), config, &chars, part);
+                    (part, std::thread::Builder::new().spawn_scoped(s, job))
+                })
+                .collect();
+            started
+                .into_iter()
+                .map(|(part, thread)| match thread {
+                    Ok(handle) => handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    // No thread to be had: read this part here.
+                    Err(_) => scan::scan(&fs, config, &chars, part),
+                })
+                .collect()
+        })
+    };
+    Ok(assemble(r, found))
 }
 
-/// [`discover`] over any [`Backend`] (an in-memory tree in tests).
+/// [`discover()`] over any [`Backend`] (an in-memory tree in tests), in the
+/// calling thread.
 pub fn discover_in<B: Backend>(
     fs: &Sysfs<B>,
     config: &DiscoveryConfig,
 ) -> Result<Inventory, DiscoverError> {
+    let names = device_names(fs)?;
+    let mut r = Reader::new(fs);
+    let chars = rdma::CharDevices::read(&mut r);
+    let found = scan::scan(fs, config, &chars, &names);
+    Ok(assemble(r, vec![found]))
+}
+
+/// The entry names of `bus/pci/devices`, sorted.
+fn device_names<B: Backend>(fs: &Sysfs<B>) -> Result<Vec<String>, DiscoverError> {
     const DEVICES: &str = "bus/pci/devices";
     let entries = fs
         .list(DEVICES)
@@ -122,70 +183,32 @@ pub fn discover_in<B: Backend>(
             path: PathBuf::from(DEVICES),
             source,
         })?;
-    let mut r = Reader::new(fs);
-    let chars = rdma::CharDevices::read(&mut r);
-    let mut vf_links = sriov::VfLinks::default();
-    let mut inventory = Inventory::default();
-    for (name, _) in entries {
-        let Some(f) = function::identify(&mut r, &name) else {
-            continue;
-        };
-        if config.is_nic(f.vendor, f.device) {
-            inventory
-                .nics
-                .extend(read_nic(&mut r, &f, &chars, &mut vf_links));
-        } else if config.is_gpu_vendor(f.vendor) {
-            inventory.gpus.extend(read_gpu(&mut r, &f));
+    Ok(entries.into_iter().map(|(name, _)| name).collect())
+}
+
+/// The inventory from the parts read (in entry order) and the node-wide
+/// reader; a warning repeated by several parts is kept once.
+fn assemble<B: Backend>(mut r: Reader<'_, B>, found: Vec<scan::Found>) -> Inventory {
+    let mut inventory = Inventory {
+        rdma_cm: rdma::rdma_cm(&mut r),
+        ..Inventory::default()
+    };
+    let mut warnings = r.into_warnings();
+    let mut seen: HashSet<String> = warnings.iter().cloned().collect();
+    for part in found {
+        inventory.nics.extend(part.nics);
+        inventory.gpus.extend(part.gpus);
+        for warning in part.warnings {
+            if seen.insert(warning.clone()) {
+                warnings.push(warning);
+            }
         }
     }
-    inventory.rdma_cm = rdma::rdma_cm(&mut r);
     inventory.nics.sort_by_key(|n| n.address);
     inventory.gpus.sort_by_key(|g| g.address);
     inventory.links = links(&inventory.gpus, &inventory.nics);
-    inventory.warnings = r.into_warnings();
-    Ok(inventory)
-}
-
-fn read_nic<B: Backend>(
-    r: &mut Reader<'_, B>,
-    f: &Function,
-    chars: &rdma::CharDevices,
-    vf_links: &mut sriov::VfLinks,
-) -> Option<NicFunction> {
-    let ids = function::ids(r, f)?;
-    let location = function::location(r, f)?;
-    let kind = sriov::kind(r, f, vf_links)?;
-    let product_name = match (ids.subsystem_vendor, ids.subsystem_device) {
-        (Some(v), Some(d)) => product_name(v, d).map(str::to_string),
-        _ => None,
-    };
-    Some(NicFunction {
-        address: f.address,
-        kind,
-        ids,
-        product_name,
-        driver: function::driver(r, f),
-        location,
-        local_cpus: function::local_cpus(r, f),
-        pcie_link: function::pcie_link(r, f),
-        netdevs: net::netdevs(r, f),
-        rdma: rdma::rdma_devices(r, f, chars),
-    })
-}
-
-/// A GPU, when `f` has a GPU class (other functions of GPU vendors, such as
-/// audio or bridges, are ignored quietly).
-fn read_gpu<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<Gpu> {
-    let ids = function::ids(r, f)?;
-    if !DiscoveryConfig::is_gpu_class(ids.class) {
-        return None;
-    }
-    Some(Gpu {
-        address: f.address,
-        ids,
-        driver: function::driver(r, f),
-        location: function::location(r, f)?,
-    })
+    inventory.warnings = warnings;
+    inventory
 }
 
 /// Every GPU × NIC pair, GPU-major, both already sorted by address.
