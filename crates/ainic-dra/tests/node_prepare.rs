@@ -257,3 +257,52 @@ async fn bad_claims_get_their_own_error_and_do_not_fail_the_batch() {
             .contains("but the kubelet asked for UID")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_share_of_a_shared_nic_gets_its_own_cdi_device() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let share = |request: &str, id: &str, bw: &str| {
+        json!({"request": request, "driver": DRIVER, "pool": NODE, "device": PF0,
+               "shareID": id, "consumedCapacity": {"ainic.amd.com/bandwidth": bw}})
+    };
+    let claim = world.seed(
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "default", "name": "shares"},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": [
+                share("a", "4f0c2a8e", "100G"),
+                share("b", "9b1d7e33", "50G"),
+            ]}}},
+        }))
+        .unwrap(),
+    );
+    let answer = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let result = &answer.claims[&claim.uid];
+    assert_eq!(result.error, "");
+    let shares: Vec<Option<&str>> = result
+        .devices
+        .iter()
+        .map(|d| d.share_id.as_deref())
+        .collect();
+    assert_eq!(shares, [Some("4f0c2a8e"), Some("9b1d7e33")]);
+    assert_ne!(
+        result.devices[0].cdi_device_ids,
+        result.devices[1].cdi_device_ids
+    );
+    let spec = spec_of(&world, &claim);
+    let env = spec["devices"][1]["containerEdits"]["env"].to_string();
+    assert!(
+        env.contains("AINIC_SHARE_ID=9b1d7e33") && env.contains("AINIC_CONSUMED_BANDWIDTH=50G"),
+        "{env}"
+    );
+    kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(world.cdi_files().is_empty());
+}

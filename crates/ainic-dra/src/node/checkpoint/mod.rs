@@ -5,8 +5,11 @@
 //!
 //! On disk: one header line `ainic-dra-checkpoint v<VERSION> fnv1a64=<hex>`
 //! followed by the JSON body; the checksum covers the body bytes exactly.
-//! Written with temp file + fsync + rename + directory fsync, so a reader
-//! (or a process killed at any point) sees the old or the new file, whole.
+//! Written with temp file + fsync + rename, so a reader (or a process
+//! killed at any point) sees the old or the new file, whole. The directory
+//! is not fsynced: that only matters after a power loss, when the CDI dir
+//! (tmpfs) and every container are gone too, and it would double the cost
+//! of every prepare (one fsync is the floor of its latency).
 
 pub mod reconcile;
 pub mod store;
@@ -148,7 +151,7 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
 }
 
 /// Writes `bytes` to `path` atomically and durably: a temp file in the same
-/// directory, fsync, rename over `path`, fsync of the directory.
+/// directory, fsync, rename over `path`.
 pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let io = |action, p: &Path| {
         let p = p.to_path_buf();
@@ -158,16 +161,12 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
             source,
         }
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = path.with_extension("tmp");
     let mut file = fs::File::create(&tmp).map_err(io("create", &tmp))?;
     file.write_all(bytes).map_err(io("write", &tmp))?;
     file.sync_all().map_err(io("fsync", &tmp))?;
     drop(file);
-    fs::rename(&tmp, path).map_err(io("rename", path))?;
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync directory of", dir))
+    fs::rename(&tmp, path).map_err(io("rename", path))
 }
 
 #[cfg(test)]

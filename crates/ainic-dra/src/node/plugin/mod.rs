@@ -132,6 +132,24 @@ impl Driver {
         if let Some(done) = self.parts.store.get(&claim.uid) {
             return Ok(done.devices);
         }
+        let started = Instant::now();
+        let (spec, devices) = self.plan_claim(claim).await?;
+        let planned = started.elapsed();
+        self.commit(claim, spec, &devices).await?;
+        tracing::debug!(
+            plan_us = planned.as_micros(),
+            commit_us = (started.elapsed() - planned).as_micros(),
+            "prepare phases"
+        );
+        Ok(devices)
+    }
+
+    /// Reads the claim and builds its CDI spec and the kubelet's answer;
+    /// writes nothing.
+    async fn plan_claim(
+        &self,
+        claim: &ClaimRef,
+    ) -> anyhow::Result<(cdi::ClaimSpec, Vec<PreparedDevice>)> {
         let object = self.parts.claims.get(&claim.namespace, &claim.name).await?;
         let inventory = self.parts.inventory.borrow().clone();
         let planned = resolve::plan(&object, &claim.uid, &self.parts.scope, &inventory)?;
@@ -143,7 +161,7 @@ impl Driver {
             inventory.rdma_cm.as_ref(),
             &self.parts.dev_root,
         )?;
-        let devices: Vec<PreparedDevice> = planned
+        let devices = planned
             .iter()
             .zip(&spec.device_ids)
             .map(|(p, id)| PreparedDevice {
@@ -154,13 +172,24 @@ impl Driver {
                 cdi_ids: vec![id.clone()],
             })
             .collect();
+        Ok((spec, devices))
+    }
+
+    /// Writes the CDI spec, then records the claim in the checkpoint; on a
+    /// checkpoint failure the spec is removed again.
+    async fn commit(
+        &self,
+        claim: &ClaimRef,
+        spec: cdi::ClaimSpec,
+        devices: &[PreparedDevice],
+    ) -> anyhow::Result<()> {
         self.parts.faults.hit(Point::PrepareBeforeCdi);
         self.parts.cdi.write(&spec)?;
         self.parts.faults.hit(Point::PrepareAfterCdi);
         let record = PreparedClaim {
             namespace: claim.namespace.clone(),
             name: claim.name.clone(),
-            devices: devices.clone(),
+            devices: devices.to_vec(),
             cdi_file: spec.file_name.clone(),
             cdi_spec: spec.content,
         };
@@ -171,7 +200,7 @@ impl Driver {
             return Err(e.into());
         }
         self.parts.faults.hit(Point::PrepareAfterCheckpoint);
-        Ok(devices)
+        Ok(())
     }
 
     async fn unprepare_timed(&self, claim: &ClaimRef) -> Result<(), String> {

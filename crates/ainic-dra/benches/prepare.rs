@@ -1,0 +1,173 @@
+//! NodePrepareResources latency over the real socket: the release binary
+//! as the agent, claims served by the API server stand-in, the kubelet
+//! simulator as client. Prints p50/p99; asserts nothing.
+//!
+//! `cargo bench -p ainic-dra --bench prepare` (env `PREPARE_BENCH_ROUNDS`
+//! to change the number of single-claim rounds, default 300).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::json;
+use testkit::apiserver::ApiServer;
+use testkit::kubelet::{ClaimRef, DraPluginClient, KubeletSim};
+
+const DRIVER: &str = "ainic.amd.com";
+const NODE: &str = "node-a";
+const DEVICES: [&str; 8] = [
+    "pf-0000-04-00-0",
+    "pf-0000-24-00-0",
+    "pf-0000-44-00-0",
+    "pf-0000-64-00-0",
+    "pf-0000-84-00-0",
+    "pf-0000-a4-00-0",
+    "pf-0000-c4-00-0",
+    "pf-0000-e4-00-0",
+];
+
+fn seed_claim(api: &ApiServer, i: usize) -> ClaimRef {
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"namespace": "default", "name": format!("bench-{i}")},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "nic", "driver": DRIVER, "pool": NODE, "device": DEVICES[i % DEVICES.len()]}
+        ]}}},
+    }))
+    .unwrap();
+    let stored = api.seed(&claim);
+    ClaimRef::new(
+        "default",
+        stored.metadata.name.as_deref().unwrap(),
+        stored.metadata.uid.as_deref().unwrap(),
+    )
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank]
+}
+
+fn report(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    println!(
+        "{what}: n={} p50={:.3} ms p99={:.3} ms max={:.3} ms",
+        samples.len(),
+        percentile(&samples, 0.50).as_secs_f64() * 1e3,
+        percentile(&samples, 0.99).as_secs_f64() * 1e3,
+        samples.last().unwrap().as_secs_f64() * 1e3,
+    );
+}
+
+async fn prepare_ok(kubelet: &DraPluginClient, claims: &[ClaimRef]) {
+    let answer = kubelet.prepare_v1(claims).await.unwrap();
+    assert!(
+        answer.claims.values().all(|c| c.error.is_empty()),
+        "{answer:?}"
+    );
+}
+
+async fn single(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, offset: usize) {
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let claim = seed_claim(api, offset + i);
+        let start = Instant::now();
+        prepare_ok(kubelet, std::slice::from_ref(&claim)).await;
+        samples.push(start.elapsed());
+        kubelet.unprepare_v1(&[claim]).await.unwrap();
+    }
+    report("one claim per call", samples);
+}
+
+async fn concurrent(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, offset: usize) {
+    let mut totals = Vec::new();
+    let mut per_claim = Vec::new();
+    for round in 0..rounds {
+        let claims: Vec<ClaimRef> = (0..100)
+            .map(|i| seed_claim(api, offset + round * 100 + i))
+            .collect();
+        let start = Instant::now();
+        let calls: Vec<_> = claims
+            .iter()
+            .map(|c| {
+                let kubelet = kubelet.clone();
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    prepare_ok(&kubelet, &[c]).await;
+                    t.elapsed()
+                })
+            })
+            .collect();
+        for call in calls {
+            per_claim.push(call.await.unwrap());
+        }
+        totals.push(start.elapsed());
+        kubelet.unprepare_v1(&claims).await.unwrap();
+    }
+    report("100 concurrent calls, total", totals);
+    report("100 concurrent calls, per claim", per_claim);
+}
+
+fn write_kubeconfig(path: &Path, server: &str) {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: s\n    user: u\ncurrent-context: c\n"
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` probes with --list
+    }
+    let rounds: usize = std::env::var("PREPARE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let tmp = tempfile::tempdir().unwrap();
+    let sysfs = tmp.path().join("sys");
+    let yaml = testkit::fixture::bundled_by_name("mi300x-8gpu-8nic").unwrap();
+    testkit::fixture::Topology::from_yaml(yaml)
+        .unwrap()
+        .render(&sysfs)
+        .unwrap();
+    let api = ApiServer::start().await.unwrap();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
+    api.seed(&node);
+    let kubeconfig = tmp.path().join("kubeconfig");
+    write_kubeconfig(&kubeconfig, &api.url());
+    let registry = tmp.path().join("registry");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(["node", "--node-name", NODE, "--http-addr", ""])
+        .arg("--sysfs-root")
+        .arg(&sysfs)
+        .arg("--dev-root")
+        .arg(tmp.path().join("dev"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--plugin-dir")
+        .arg(tmp.path().join("plugin"))
+        .arg("--registry-dir")
+        .arg(&registry)
+        .arg("--cdi-dir")
+        .arg(tmp.path().join("cdi"))
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let kubelet = KubeletSim::register_driver(&registry, DRIVER)
+        .await
+        .unwrap();
+
+    // Warm-up: connections, caches, the first checkpoint file.
+    single(&api, &kubelet, 20, 1_000_000).await;
+    single(&api, &kubelet, rounds, 0).await;
+    concurrent(&api, &kubelet, 10, 2_000_000).await;
+
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
