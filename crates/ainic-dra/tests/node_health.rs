@@ -88,3 +88,57 @@ async fn the_agent_publishes_its_pool() {
     }
     assert_eq!(devices, 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_removes_the_sockets_and_keeps_prepared_claims() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let mut agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let claim = world.claim(
+        "kept",
+        &[("nic", DRIVER, NODE, "pf-0000-04-00-0")],
+        json!([]),
+    );
+    let first = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+
+    let pid = agent.child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = node_support::wait_exit(&mut agent).await;
+    assert!(status.success(), "{status:?}");
+    let dirs = world.dirs();
+    assert!(!dirs.registry.join("ainic.amd.com-reg.sock").exists());
+    assert!(!dirs.plugin.join("dra.sock").exists());
+    assert_eq!(
+        world.cdi_files().len(),
+        1,
+        "a restart of the agent is not an unprepare"
+    );
+
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    world.api.clear_requests();
+    let again = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    let claim_reads = world
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "resourceclaims")
+        .count();
+    assert_eq!(
+        claim_reads, 0,
+        "the restarted agent answers from its checkpoint"
+    );
+}

@@ -108,6 +108,11 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     tracing::info!("shutting down");
     stop_tx.send_replace(true);
     let _ = publishing.await;
+    for socket in &started.sockets {
+        if let Err(error) = std::fs::remove_file(socket) {
+            tracing::warn!(socket = %socket.display(), %error, "cannot remove socket");
+        }
+    }
     if let Some(mut tasks) = classic {
         while tasks.join_next().await.is_some() {}
     }

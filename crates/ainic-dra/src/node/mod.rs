@@ -70,6 +70,9 @@ pub struct NodeConfig {
 pub struct Started {
     /// The shared inventory, refreshed every interval.
     pub inventory: watch::Receiver<Arc<Inventory>>,
+    /// The registration and DRA sockets, to remove on shutdown so the
+    /// kubelet sees the plugin go.
+    pub sockets: Vec<PathBuf>,
 }
 
 /// Starts every task of the DRA plugin on the current runtime and returns
@@ -183,6 +186,7 @@ pub async fn start(
 
     Ok(Started {
         inventory: inventory_rx,
+        sockets: vec![reg_socket, config.plugin_dir.join(DRA_SOCKET)],
     })
 }
 
