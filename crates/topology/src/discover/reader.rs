@@ -52,7 +52,7 @@ impl<'a, B: Backend> Reader<'a, B> {
     ) -> Result<Option<T>, (String, bool)> {
         let raw = self
             .fs
-            .read(&format!("{dir}/{file}"))
+            .read_in(dir, file)
             .map_err(|e| (describe(file, &e), e.is_not_found()))?;
         parse(&raw).map_err(|why| {
             let quoted: String = raw.trim().chars().take(QUOTE_CHARS).collect();

@@ -3,8 +3,11 @@
 //! A backend answers single-entry questions and never follows a symlink in
 //! last place; everything about paths and links is [`super::Sysfs`]'s job.
 
+use std::fs::File;
 use std::io::{self, Read};
 use std::path::PathBuf;
+
+use super::beneath::Beneath;
 
 /// The largest file read, in bytes; sysfs attributes are at most one page.
 const MAX_FILE_BYTES: usize = 64 * 1024;
@@ -36,18 +39,36 @@ pub trait Backend {
     /// The content of the regular file at `path`, or `Ok(None)` when
     /// `path` is a symlink, which is never followed here.
     fn read_file(&self, path: &str) -> io::Result<Option<String>>;
+    /// The content of the regular file `file` below the directory `dir`,
+    /// when the backend can open it with every link on the way followed
+    /// and checked to stay inside the root by something it trusts (the
+    /// kernel); `None` when it cannot tell, and the caller walks the path
+    /// itself. The default never can.
+    fn read_beneath(&self, dir: &str, file: &str) -> Option<String> {
+        let _ = (dir, file);
+        None
+    }
 }
 
 /// A [`Backend`] over a real directory (e.g. `/sys`).
-#[derive(Clone, Debug)]
+///
+/// Besides the single-entry primitives it reads files through
+/// `openat2(RESOLVE_BENEATH)` (see [`Backend::read_beneath`]), where the
+/// kernel refuses any step out of the root.
+#[derive(Debug)]
 pub struct DirBackend {
     root: PathBuf,
+    beneath: Beneath,
 }
 
 impl DirBackend {
     /// A backend rooted at `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        DirBackend { root: root.into() }
+        let root = root.into();
+        DirBackend {
+            beneath: Beneath::new(&root),
+            root,
+        }
     }
 
     fn full(&self, path: &str) -> PathBuf {
@@ -68,6 +89,13 @@ fn kind_of(ft: std::fs::FileType) -> EntryKind {
         EntryKind::File
     } else {
         EntryKind::Other
+    }
+}
+
+impl Clone for DirBackend {
+    /// A backend on the same root, with none of the open handles.
+    fn clone(&self) -> Self {
+        DirBackend::new(self.root.clone())
     }
 }
 
@@ -108,27 +136,34 @@ impl Backend for DirBackend {
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(None),
             Err(e) => return Err(e),
         };
-        // One read usually returns the whole attribute; a short read of a
-        // regular file means end of file, which saves a syscall per file.
-        let mut buf = vec![0u8; 4096];
-        let mut len = 0;
-        loop {
-            let n = file.read(&mut buf[len..])?;
-            len += n;
-            if n == 0 || len < buf.len() {
-                break;
-            }
-            if buf.len() >= MAX_FILE_BYTES {
-                return Err(io::Error::new(
-                    io::ErrorKind::FileTooLarge,
-                    "file too large",
-                ));
-            }
-            buf.resize(buf.len() * 2, 0);
-        }
-        buf.truncate(len);
-        String::from_utf8(buf)
-            .map(Some)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
+        read_all(&mut file).map(Some)
     }
+
+    fn read_beneath(&self, dir: &str, file: &str) -> Option<String> {
+        self.beneath.read(dir, file)
+    }
+}
+
+/// The whole content of an open file, as UTF-8, at most [`MAX_FILE_BYTES`].
+pub(crate) fn read_all(file: &mut File) -> io::Result<String> {
+    // One read usually returns the whole attribute; a short read of a
+    // regular file means end of file, which saves a syscall per file.
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        let n = file.read(&mut buf[len..])?;
+        len += n;
+        if n == 0 || len < buf.len() {
+            break;
+        }
+        if buf.len() >= MAX_FILE_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                "file too large",
+            ));
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }

@@ -161,6 +161,24 @@ impl<B: Backend> Sysfs<B> {
     /// is opened without following a link; only a link in last place takes
     /// the slow path through [`Sysfs::resolve`].
     pub fn read(&self, path: &str) -> Result<String, FsError> {
+        self.read_in("", path)
+    }
+
+    /// The content of the regular file `file` below the directory `dir`:
+    /// [`Sysfs::read`] of `dir/file`, faster when `dir` is read often.
+    ///
+    /// The backend's kernel-checked path is tried first
+    /// ([`Backend::read_beneath`]); whatever it cannot open (a missing
+    /// file, a link out of the root) is walked here, with the same result
+    /// and errors as ever.
+    pub fn read_in(&self, dir: &str, file: &str) -> Result<String, FsError> {
+        if let Some(text) = self.backend.read_beneath(dir, file) {
+            return Ok(text);
+        }
+        self.read_careful(&join(dir, file))
+    }
+
+    fn read_careful(&self, path: &str) -> Result<String, FsError> {
         let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
         if !matches!(name, "" | "." | "..") {
             let real_parent = self.resolve_dir(parent, path)?;
