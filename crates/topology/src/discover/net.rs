@@ -10,11 +10,10 @@ use super::reader::{IfMissing, Reader};
 pub(crate) fn netdevs<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Vec<Netdev> {
     let who = f.who();
     let net = format!("{}/net", f.dir);
-    if !r.fs.exists(&net) {
-        return Vec::new();
-    }
+    // Listed first: a missing `net` (no driver bound) is the rare case.
     let entries = match r.fs.list(&net) {
         Ok(entries) => entries,
+        Err(_) if !r.fs.exists(&net) => return Vec::new(),
         Err(e) => {
             r.warn(&who, format!("cannot list net: {e}"));
             return Vec::new();

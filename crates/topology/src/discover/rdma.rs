@@ -86,11 +86,9 @@ pub(crate) fn rdma_devices<B: Backend>(
 ) -> Vec<RdmaDevice> {
     let who = f.who();
     let ib = format!("{}/infiniband", f.dir);
-    if !r.fs.exists(&ib) {
-        return Vec::new();
-    }
     let names = match r.fs.list(&ib) {
         Ok(entries) => entries.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        Err(_) if !r.fs.exists(&ib) => return Vec::new(),
         Err(e) => {
             r.warn(&who, format!("cannot list infiniband: {e}"));
             return Vec::new();

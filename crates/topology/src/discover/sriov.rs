@@ -37,23 +37,25 @@ pub(crate) fn kind<B: Backend>(
     links: &mut VfLinks,
 ) -> Option<FunctionKind> {
     let who = f.who();
-    if !r.fs.exists(&format!("{}/physfn", f.dir)) {
-        let total_vfs = r.field(
-            &who,
-            &f.dir,
-            "sriov_totalvfs",
-            parse::decimal,
-            IfMissing::Quiet,
-        );
-        let vfs = links
-            .of(r, f.address, &f.dir)
-            .iter()
-            .map(|(_, a)| *a)
-            .collect();
-        return Some(FunctionKind::Pf { total_vfs, vfs });
-    }
-    let (pf, pf_dir) = match resolve_function(r, &format!("{}/physfn", f.dir)) {
+    // Resolved first: on a node of VFs the link is there far more often.
+    let physfn = format!("{}/physfn", f.dir);
+    let (pf, pf_dir) = match resolve_function(r, &physfn) {
         Ok(found) => found,
+        Err(_) if !r.fs.exists(&physfn) => {
+            let total_vfs = r.field(
+                &who,
+                &f.dir,
+                "sriov_totalvfs",
+                parse::decimal,
+                IfMissing::Quiet,
+            );
+            let vfs = links
+                .of(r, f.address, &f.dir)
+                .iter()
+                .map(|(_, a)| *a)
+                .collect();
+            return Some(FunctionKind::Pf { total_vfs, vfs });
+        }
         Err(why) => {
             r.warn(
                 &who,

@@ -32,7 +32,8 @@ pub enum EntryKind {
 pub trait Backend {
     /// The kind of the entry at `path` (like `lstat`).
     fn kind(&self, path: &str) -> io::Result<EntryKind>;
-    /// Names and kinds of the entries of the directory `path`.
+    /// Names and kinds of the entries of the directory `path`; an error
+    /// when `path` is missing, not a directory, or a link.
     fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>>;
     /// The target text of the symlink at `path`.
     fn read_link(&self, path: &str) -> io::Result<PathBuf>;
@@ -107,13 +108,29 @@ impl Backend for DirBackend {
     }
 
     fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>> {
+        use rustix::fs::{FileType, Mode, OFlags};
+        // O_NOFOLLOW: a link in last place is refused, never listed.
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(self.full(path), flags, Mode::empty())?;
         let mut out = Vec::new();
-        for entry in std::fs::read_dir(self.full(path))? {
+        for entry in rustix::fs::Dir::new(fd)? {
             let entry = entry?;
             // Names that are not UTF-8 are never sysfs names we look for.
-            if let Ok(name) = entry.file_name().into_string() {
-                out.push((name, kind_of(entry.file_type()?)));
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            if name == "." || name == ".." {
+                continue;
             }
+            let kind = match entry.file_type() {
+                FileType::Directory => EntryKind::Dir,
+                FileType::RegularFile => EntryKind::File,
+                FileType::Symlink => EntryKind::Symlink,
+                FileType::Unknown if path.is_empty() => self.kind(name)?,
+                FileType::Unknown => self.kind(&format!("{path}/{name}"))?,
+                _ => EntryKind::Other,
+            };
+            out.push((name.to_string(), kind));
         }
         Ok(out)
     }

@@ -7,6 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
 use super::backend::{Backend, DirBackend, EntryKind};
+use super::error::FsError;
 
 /// The longest chain of symlinks followed for one path; more means a loop.
 pub const MAX_LINK_HOPS: usize = 40;
@@ -17,56 +18,9 @@ pub const MAX_LINK_HOPS: usize = 40;
 const CACHED_LISTINGS: usize = 64;
 
 /// Paths remembered as real directories before the memory is given back.
-const CACHED_DIRS: usize = 8192;
-
-/// Why a path inside the sysfs tree could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum FsError {
-    /// Some component of the path does not exist (a dangling link included).
-    #[error("{path} does not exist")]
-    NotFound {
-        /// The path as asked for, relative to the root.
-        path: String,
-    },
-    /// A symlink on the way points above the root or to an absolute path
-    /// outside it.
-    #[error("{path} leads out of the sysfs root (via link target {target:?})")]
-    Escapes {
-        /// The path as asked for.
-        path: String,
-        /// The offending link target.
-        target: PathBuf,
-    },
-    /// More than [`MAX_LINK_HOPS`] links on the way: a loop.
-    #[error("{path} goes through more than {MAX_LINK_HOPS} symlinks (a loop)")]
-    Loop {
-        /// The path as asked for.
-        path: String,
-    },
-    /// The path resolves to something of the wrong kind.
-    #[error("{path} is not a {expected}")]
-    WrongKind {
-        /// The path as asked for.
-        path: String,
-        /// What was expected (`directory`, `regular file`).
-        expected: &'static str,
-    },
-    /// The backend failed for another reason.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The path as asked for.
-        path: String,
-        /// The underlying error.
-        source: io::Error,
-    },
-}
-
-impl FsError {
-    /// True when the path (or the link it goes through) does not exist.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, FsError::NotFound { .. })
-    }
-}
+/// Discovery meets about six per function (the function, its class
+/// directories), so this holds a node of a few thousand functions.
+const CACHED_DIRS: usize = 16384;
 
 /// A sysfs tree reached through a [`Backend`], never leaving its root.
 ///
@@ -116,9 +70,10 @@ impl<B: Backend> Sysfs<B> {
     /// `path` with every symlink resolved, relative to the root, and what it is.
     pub fn resolve(&self, path: &str) -> Result<(String, EntryKind), FsError> {
         let mut pending: VecDeque<String> = components(path).collect();
-        let mut resolved: Vec<String> = Vec::new();
+        let mut here = String::new();
         let mut hops = 0;
         let mut kind = EntryKind::Dir;
+        let mut spliced = false;
         while let Some(comp) = pending.pop_front() {
             if kind != EntryKind::Dir {
                 return Err(FsError::WrongKind {
@@ -127,32 +82,69 @@ impl<B: Backend> Sysfs<B> {
                 });
             }
             if comp == ".." {
-                if resolved.pop().is_none() {
+                if here.is_empty() {
                     return Err(FsError::Escapes {
                         path: path.into(),
                         target: "..".into(),
                     });
                 }
+                here.truncate(here.rfind('/').unwrap_or(0));
                 continue;
             }
-            resolved.push(comp);
-            let here = resolved.join("/");
-            kind = self.kind(&here, path)?;
+            let parent_len = here.len();
+            if !here.is_empty() {
+                here.push('/');
+            }
+            here.push_str(&comp);
+            // The last entry of the path asked for is most often a link
+            // (a `bus/pci/devices` entry, `physfn`, a class entry).
+            let expect_link = !spliced && pending.is_empty();
+            let (found, target) = self.entry(&here, path, expect_link)?;
+            kind = found;
             if kind == EntryKind::Symlink {
                 hops += 1;
                 if hops > MAX_LINK_HOPS {
                     return Err(FsError::Loop { path: path.into() });
                 }
-                resolved.pop();
-                let target = self.backend.read_link(&here).map_err(|e| io_err(path, e))?;
-                let target_rel = self.splice_target(&target, &mut resolved, path)?;
+                let target = match target {
+                    Some(target) => target,
+                    None => self.backend.read_link(&here).map_err(|e| io_err(path, e))?,
+                };
+                here.truncate(parent_len);
+                let target_rel = self.splice_target(&target, &mut here, path)?;
                 for c in components(&target_rel).rev() {
                     pending.push_front(c);
                 }
+                spliced = true;
                 kind = EntryKind::Dir;
             }
         }
-        Ok((resolved.join("/"), kind))
+        Ok((here, kind))
+    }
+
+    /// The kind of the entry `real`, and its target when it is a link and
+    /// `expect_link` had it read first (one `readlink` instead of an
+    /// `lstat` and a `readlink`).
+    fn entry(
+        &self,
+        real: &str,
+        asked: &str,
+        expect_link: bool,
+    ) -> Result<(EntryKind, Option<PathBuf>), FsError> {
+        if let Some(kind) = self.cached_kind(real, asked)? {
+            return Ok((kind, None));
+        }
+        if expect_link {
+            match self.backend.read_link(real) {
+                Ok(target) => return Ok((EntryKind::Symlink, Some(target))),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Err(FsError::NotFound { path: asked.into() });
+                }
+                // Not a link (or unreadable): `lstat` says what it is.
+                Err(_) => {}
+            }
+        }
+        Ok((self.stat_kind(real, asked)?, None))
     }
 
     /// The content of the regular file at `path`.
@@ -223,13 +215,33 @@ impl<B: Backend> Sysfs<B> {
     }
 
     /// The entries of the directory at `path`, sorted by name.
+    ///
+    /// The directory is opened without following a link in last place, so
+    /// a real directory needs no `lstat` first; anything else is resolved.
     pub fn list(&self, path: &str) -> Result<Vec<(String, EntryKind)>, FsError> {
-        let real = self.resolve_dir(path, path)?;
-        let listing = self.listing(&real).map_err(|e| io_err(path, e))?;
+        let listing = match self.listing_in_place(path) {
+            Some(listing) => listing,
+            None => {
+                let real = self.resolve_dir(path, path)?;
+                self.listing(&real).map_err(|e| io_err(path, e))?
+            }
+        };
         let mut entries: Vec<(String, EntryKind)> =
             listing.iter().map(|(n, k)| (n.clone(), *k)).collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(entries)
+    }
+
+    /// The listing of `path` when its last entry is a real directory.
+    fn listing_in_place(&self, path: &str) -> Option<Rc<Listing>> {
+        let (parent, name) = path.rsplit_once('/')?;
+        if matches!(name, "" | "." | "..") {
+            return None;
+        }
+        match self.resolve(parent) {
+            Ok((real_parent, EntryKind::Dir)) => self.listing(&join(&real_parent, name)).ok(),
+            _ => None,
+        }
     }
 
     /// The last component of the target of the link at `path`, without
@@ -238,16 +250,17 @@ impl<B: Backend> Sysfs<B> {
         let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
         let (real_parent, _) = self.resolve(parent)?;
         let real = join(&real_parent, name);
-        match self.kind(&real, path)? {
-            EntryKind::Symlink => {}
-            _ => {
-                return Err(FsError::WrongKind {
-                    path: path.into(),
-                    expected: "symlink",
-                });
-            }
+        let (kind, target) = self.entry(&real, path, true)?;
+        if kind != EntryKind::Symlink {
+            return Err(FsError::WrongKind {
+                path: path.into(),
+                expected: "symlink",
+            });
         }
-        let target = self.backend.read_link(&real).map_err(|e| io_err(path, e))?;
+        let target = match target {
+            Some(target) => target,
+            None => self.backend.read_link(&real).map_err(|e| io_err(path, e))?,
+        };
         target
             .file_name()
             .and_then(|n| n.to_str())
@@ -270,17 +283,33 @@ impl<B: Backend> Sysfs<B> {
     /// The kind of `real`: from memory when known, else one `lstat` (a
     /// listing is read only by [`Sysfs::list`], where it pays for itself).
     fn kind(&self, real: &str, asked: &str) -> Result<EntryKind, FsError> {
-        let not_found = || FsError::NotFound { path: asked.into() };
+        match self.cached_kind(real, asked)? {
+            Some(kind) => Ok(kind),
+            None => self.stat_kind(real, asked),
+        }
+    }
+
+    /// The kind of `real` if memory knows it (a known directory, or an
+    /// entry of a cached listing, where absence is final).
+    fn cached_kind(&self, real: &str, asked: &str) -> Result<Option<EntryKind>, FsError> {
         if real.is_empty() || self.known_dirs.borrow().contains(real) {
-            return Ok(EntryKind::Dir);
+            return Ok(Some(EntryKind::Dir));
         }
         let (parent, name) = real.rsplit_once('/').unwrap_or(("", real));
-        if let Some((listing, _)) = self.listings.borrow().get(parent) {
-            return listing.get(name).copied().ok_or_else(not_found);
+        match self.listings.borrow().get(parent) {
+            Some((listing, _)) => match listing.get(name) {
+                Some(kind) => Ok(Some(*kind)),
+                None => Err(FsError::NotFound { path: asked.into() }),
+            },
+            None => Ok(None),
         }
+    }
+
+    /// One `lstat` of `real`; a directory is remembered.
+    fn stat_kind(&self, real: &str, asked: &str) -> Result<EntryKind, FsError> {
         let kind = self.backend.kind(real).map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
-                not_found()
+                FsError::NotFound { path: asked.into() }
             } else {
                 io_err(asked, e)
             }
@@ -324,7 +353,7 @@ impl<B: Backend> Sysfs<B> {
     fn splice_target(
         &self,
         target: &Path,
-        resolved: &mut Vec<String>,
+        resolved: &mut String,
         asked: &str,
     ) -> Result<String, FsError> {
         let escapes = || FsError::Escapes {

@@ -86,6 +86,12 @@ impl Backend for MemBackend {
     }
 
     fn list(&self, path: &str) -> io::Result<Vec<(String, EntryKind)>> {
+        if !path.is_empty() && !matches!(self.get(path)?, Node::Dir) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                path.to_string(),
+            ));
+        }
         let prefix = if path.is_empty() {
             String::new()
         } else {

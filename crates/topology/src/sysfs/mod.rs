@@ -12,10 +12,12 @@
 
 mod backend;
 mod beneath;
+mod error;
 mod fs;
 mod mem;
 pub(crate) mod parse;
 
 pub use backend::{Backend, DirBackend, EntryKind};
-pub use fs::{FsError, MAX_LINK_HOPS, Sysfs};
+pub use error::FsError;
+pub use fs::{MAX_LINK_HOPS, Sysfs};
 pub use mem::MemBackend;
