@@ -118,12 +118,21 @@ impl CheckpointStore {
             let state = self.lock();
             (encode(&state.checkpoint), state.generation)
         };
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || write_durably(&path, &bytes))
-            .await
-            .expect("checkpoint writer does not panic")?;
+        blocking(|| write_durably(&self.path, &bytes))?;
         *written = newest;
         Ok(())
+    }
+}
+
+/// Runs the fsync-bound write on this worker thread, telling a
+/// multi-thread runtime to move its other tasks elsewhere meanwhile: cheaper
+/// than a hand-off to the blocking pool and back, which under CPU
+/// contention costs more than the fsync itself.
+fn blocking<T>(write: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(write),
+        _ => write(),
     }
 }
 
