@@ -168,6 +168,14 @@ async fn main() {
     single(&api, &kubelet, rounds, 0).await;
     concurrent(&api, &kubelet, 10, 2_000_000).await;
 
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", agent.id())).unwrap_or_default();
+    if let Some(rss) = status.lines().find(|l| l.starts_with("VmRSS:")) {
+        println!(
+            "agent after the runs: {}",
+            rss.split_whitespace().skip(1).collect::<Vec<_>>().join(" ")
+        );
+    }
     let _ = agent.kill();
     let _ = agent.wait();
 }
