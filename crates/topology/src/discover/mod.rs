@@ -6,8 +6,10 @@
 //! Only an unusable root is an error; every other problem costs one
 //! attribute or one device and leaves a line in [`Inventory::warnings`].
 
+mod chardev;
 mod function;
 mod net;
+mod parallel;
 mod rdma;
 mod reader;
 mod scan;
@@ -20,6 +22,7 @@ use crate::affinity::classify;
 use crate::model::{Gpu, GpuNicLink, Inventory, NicFunction};
 use crate::sysfs::{Backend, FsError, Sysfs};
 
+use chardev::{CharDevices, ClassEntries};
 use reader::Reader;
 
 /// PCI vendor ID of AMD Pensando (AINIC).
@@ -130,33 +133,23 @@ pub fn discover(sysfs_root: &Path, config: &DiscoveryConfig) -> Result<Inventory
             source,
         },
     })?;
+    // Both steps are split over threads the same way (and the results put
+    // back in entry order): first the char devices, then the functions.
+    let listed = ClassEntries::list(&fs);
+    let class_workers = config.workers(listed.entries.len());
+    let reads = parallel::map_runs(
+        sysfs_root,
+        &fs,
+        class_workers,
+        &listed.entries,
+        chardev::read_entries,
+    );
     let mut r = Reader::new(&fs);
-    let chars = rdma::CharDevices::read(&mut r);
+    let chars = CharDevices::assemble(&mut r, listed, reads.into_iter().flatten().collect());
     let workers = config.workers(names.len());
-    let found = if workers <= 1 {
-        vec![scan::scan(&fs, config, &chars, &names)]
-    } else {
-        let chunk = names.len().div_ceil(workers);
-        std::thread::scope(|s| {
-            let started: Vec<_> = names
-                .chunks(chunk)
-                .map(|part| {
-                    let job = || scan::scan(&Sysfs::open(sysfs_root), config, &chars, part);
-                    (part, std::thread::Builder::new().spawn_scoped(s, job))
-                })
-                .collect();
-            started
-                .into_iter()
-                .map(|(part, thread)| match thread {
-                    Ok(handle) => handle
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    // No thread to be had: read this part here.
-                    Err(_) => scan::scan(&fs, config, &chars, part),
-                })
-                .collect()
-        })
-    };
+    let found = parallel::map_runs(sysfs_root, &fs, workers, &names, |fs, run| {
+        scan::scan(fs, config, &chars, run)
+    });
     Ok(assemble(r, found))
 }
 
@@ -167,8 +160,10 @@ pub fn discover_in<B: Backend>(
     config: &DiscoveryConfig,
 ) -> Result<Inventory, DiscoverError> {
     let names = device_names(fs)?;
+    let listed = ClassEntries::list(fs);
+    let reads = chardev::read_entries(fs, &listed.entries);
     let mut r = Reader::new(fs);
-    let chars = rdma::CharDevices::read(&mut r);
+    let chars = CharDevices::assemble(&mut r, listed, reads);
     let found = scan::scan(fs, config, &chars, &names);
     Ok(assemble(r, vec![found]))
 }
@@ -190,7 +185,7 @@ fn device_names<B: Backend>(fs: &Sysfs<B>) -> Result<Vec<String>, DiscoverError>
 /// reader; a warning repeated by several parts is kept once.
 fn assemble<B: Backend>(mut r: Reader<'_, B>, found: Vec<scan::Found>) -> Inventory {
     let mut inventory = Inventory {
-        rdma_cm: rdma::rdma_cm(&mut r),
+        rdma_cm: chardev::rdma_cm(&mut r),
         ..Inventory::default()
     };
     let mut warnings = r.into_warnings();

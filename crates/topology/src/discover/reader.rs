@@ -39,6 +39,11 @@ impl<'a, B: Backend> Reader<'a, B> {
         self.warnings.push(format!("{who}: {message}"));
     }
 
+    /// Appends warnings recorded (and logged) by another reader.
+    pub(crate) fn extend_warnings(&mut self, warnings: Vec<String>) {
+        self.warnings.extend(warnings);
+    }
+
     pub(crate) fn into_warnings(self) -> Vec<String> {
         self.warnings
     }

@@ -4,6 +4,7 @@
 use crate::model::{Gpu, NicFunction};
 use crate::sysfs::{Backend, Sysfs};
 
+use super::chardev::CharDevices;
 use super::function::{self, Function};
 use super::reader::Reader;
 use super::{DiscoveryConfig, net, product_name, rdma, sriov};
@@ -19,7 +20,7 @@ pub(crate) struct Found {
 pub(crate) fn scan<B: Backend>(
     fs: &Sysfs<B>,
     config: &DiscoveryConfig,
-    chars: &rdma::CharDevices,
+    chars: &CharDevices,
     names: &[String],
 ) -> Found {
     let mut r = Reader::new(fs);
@@ -45,7 +46,7 @@ pub(crate) fn scan<B: Backend>(
 fn read_nic<B: Backend>(
     r: &mut Reader<'_, B>,
     f: &Function,
-    chars: &rdma::CharDevices,
+    chars: &CharDevices,
     vf_links: &mut sriov::VfLinks,
 ) -> Option<NicFunction> {
     let ids = function::ids(r, f)?;

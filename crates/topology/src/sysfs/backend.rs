@@ -163,16 +163,23 @@ impl Backend for DirBackend {
 
 /// The whole content of an open file, as UTF-8, at most [`MAX_FILE_BYTES`].
 pub(crate) fn read_all(file: &mut File) -> io::Result<String> {
-    // One read usually returns the whole attribute; a short read of a
-    // regular file means end of file, which saves a syscall per file.
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
+    // One read usually returns the whole attribute (at most a page); a
+    // short read of a regular file means end of file, which saves a
+    // syscall per file.
+    let mut page = [0u8; 4096];
+    let n = file.read(&mut page)?;
+    let bytes = if n < page.len() {
+        page[..n].to_vec()
+    } else {
+        read_rest(file, page.to_vec())?
+    };
+    String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
+}
+
+/// The rest of a file whose first `buf.len()` bytes filled the buffer.
+fn read_rest(file: &mut File, mut buf: Vec<u8>) -> io::Result<Vec<u8>> {
+    let mut len = buf.len();
     loop {
-        let n = file.read(&mut buf[len..])?;
-        len += n;
-        if n == 0 || len < buf.len() {
-            break;
-        }
         if buf.len() >= MAX_FILE_BYTES {
             return Err(io::Error::new(
                 io::ErrorKind::FileTooLarge,
@@ -180,7 +187,12 @@ pub(crate) fn read_all(file: &mut File) -> io::Result<String> {
             ));
         }
         buf.resize(buf.len() * 2, 0);
+        let n = file.read(&mut buf[len..])?;
+        len += n;
+        if n == 0 || len < buf.len() {
+            break;
+        }
     }
     buf.truncate(len);
-    String::from_utf8(buf).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
+    Ok(buf)
 }

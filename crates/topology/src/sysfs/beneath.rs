@@ -26,8 +26,10 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 use super::backend::read_all;
 
 /// Reads in a row in one directory before it gets its own handle: a handle
-/// costs an open and a close, a read through it saves a path walk.
-const READS_BEFORE_HANDLE: u32 = 3;
+/// costs an open and a close, a read through it saves a path walk. A class
+/// directory (two or three files) never earns one; a function (about twenty
+/// files) does.
+const READS_BEFORE_HANDLE: u32 = 4;
 
 /// Directory handles kept at once (the function read, its PF, a class dir).
 const CACHED_HANDLES: usize = 4;

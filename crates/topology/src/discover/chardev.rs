@@ -1,0 +1,230 @@
+//! The RDMA character devices of the node (`class/infiniband_verbs`,
+//! `class/infiniband_mad`), keyed by the RDMA device they open.
+//!
+//! Read in three steps so that the middle one, a few files per entry and
+//! thousands of entries on an SR-IOV node, can be split over threads:
+//! [`ClassEntries::list`] names the entries, [`read_entries`] reads any run
+//! of them, and [`CharDevices::assemble`] puts the runs back together in
+//! entry order, warnings included, exactly as one thread would have.
+
+use std::collections::HashMap;
+
+use crate::model::CharDevice;
+use crate::sysfs::{Backend, EntryKind, Sysfs, parse};
+
+use super::reader::{IfMissing, Reader};
+
+/// Where the RDMA character device nodes live.
+const DEV_DIR: &str = "/dev/infiniband";
+
+/// The classes read, with the entry name prefixes kept in each.
+const CLASSES: [(&str, &[&str]); 2] = [
+    ("class/infiniband_verbs", &["uverbs"]),
+    ("class/infiniband_mad", &["umad", "issm"]),
+];
+
+/// The verbs and MAD char devices of the node, keyed by RDMA device name.
+#[derive(Debug, Default)]
+pub(crate) struct CharDevices {
+    verbs: HashMap<String, CharDevice>,
+    /// (port, device) pairs.
+    umad: HashMap<String, Vec<(u32, CharDevice)>>,
+    issm: HashMap<String, Vec<(u32, CharDevice)>>,
+}
+
+/// One entry of a class directory, to be read.
+#[derive(Clone, Debug)]
+pub(crate) struct ClassEntry {
+    class: &'static str,
+    name: String,
+}
+
+/// The entries of both classes, and the warnings of listing each class.
+#[derive(Debug, Default)]
+pub(crate) struct ClassEntries {
+    pub(crate) entries: Vec<ClassEntry>,
+    /// Per class: its listing warning (if any), and how many entries it has.
+    classes: Vec<(Vec<String>, usize)>,
+}
+
+/// What reading one entry gave.
+#[derive(Debug)]
+pub(crate) struct EntryRead {
+    /// Warnings of resolving the entry's link (the entry is then skipped).
+    resolve_warnings: Vec<String>,
+    /// Warnings of reading its files.
+    field_warnings: Vec<String>,
+    /// The RDMA device it opens, its device node, and its port (MAD only).
+    found: Option<(String, CharDevice, Option<u32>)>,
+}
+
+impl ClassEntries {
+    /// The entries of `class/infiniband_verbs` and `class/infiniband_mad`;
+    /// absent classes (no RDMA stack loaded) give none and no warning.
+    pub(crate) fn list<B: Backend>(fs: &Sysfs<B>) -> Self {
+        let mut all = ClassEntries::default();
+        for (class, prefixes) in CLASSES {
+            let mut r = Reader::new(fs);
+            let names = class_names(&mut r, class, prefixes);
+            all.classes.push((r.into_warnings(), names.len()));
+            all.entries
+                .extend(names.into_iter().map(|name| ClassEntry { class, name }));
+        }
+        all
+    }
+}
+
+/// Reads a run of entries, in order.
+pub(crate) fn read_entries<B: Backend>(fs: &Sysfs<B>, entries: &[ClassEntry]) -> Vec<EntryRead> {
+    entries.iter().map(|e| read_entry(fs, e)).collect()
+}
+
+impl CharDevices {
+    /// The devices from the entries and what was read of them (in entry
+    /// order); warnings go to `r` in the order one pass would meet them:
+    /// per class, its listing, the links of its entries, then their files.
+    pub(crate) fn assemble<B: Backend>(
+        r: &mut Reader<'_, B>,
+        listed: ClassEntries,
+        reads: Vec<EntryRead>,
+    ) -> Self {
+        let mut all = CharDevices::default();
+        let mut reads = listed.entries.iter().zip(reads);
+        for (list_warnings, count) in listed.classes {
+            r.extend_warnings(list_warnings);
+            let class: Vec<_> = reads.by_ref().take(count).collect();
+            for (_, read) in &class {
+                r.extend_warnings(read.resolve_warnings.clone());
+            }
+            for (entry, read) in class {
+                r.extend_warnings(read.field_warnings);
+                if let Some((ibdev, dev, port)) = read.found {
+                    all.add(&entry.name, ibdev, dev, port);
+                }
+            }
+        }
+        for list in all.umad.values_mut().chain(all.issm.values_mut()) {
+            list.sort_by_key(|(port, dev)| (*port, dev.path.clone()));
+        }
+        all
+    }
+
+    fn add(&mut self, name: &str, ibdev: String, dev: CharDevice, port: Option<u32>) {
+        match port {
+            None => {
+                self.verbs.insert(ibdev, dev);
+            }
+            Some(port) => {
+                let map = if name.starts_with("umad") {
+                    &mut self.umad
+                } else {
+                    &mut self.issm
+                };
+                map.entry(ibdev).or_default().push((port, dev));
+            }
+        }
+    }
+
+    /// The verbs device of `ibdev`.
+    pub(crate) fn verbs(&self, ibdev: &str) -> Option<CharDevice> {
+        self.verbs.get(ibdev).cloned()
+    }
+
+    /// The MAD devices of `ibdev`, by port.
+    pub(crate) fn umad(&self, ibdev: &str) -> Vec<CharDevice> {
+        Self::of(&self.umad, ibdev)
+    }
+
+    /// The subnet-management devices of `ibdev`, by port.
+    pub(crate) fn issm(&self, ibdev: &str) -> Vec<CharDevice> {
+        Self::of(&self.issm, ibdev)
+    }
+
+    fn of(map: &HashMap<String, Vec<(u32, CharDevice)>>, ibdev: &str) -> Vec<CharDevice> {
+        map.get(ibdev)
+            .map(|l| l.iter().map(|(_, d)| d.clone()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The names in `class` that start with one of `prefixes`, sorted.
+fn class_names<B: Backend>(r: &mut Reader<'_, B>, class: &str, prefixes: &[&str]) -> Vec<String> {
+    if !r.fs.exists(class) {
+        return Vec::new();
+    }
+    match r.fs.list(class) {
+        Ok(entries) => entries
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| prefixes.iter().any(|p| name.starts_with(p)))
+            .collect(),
+        Err(e) => {
+            r.warn(class, format!("cannot list: {e}"));
+            Vec::new()
+        }
+    }
+}
+
+/// Resolves one entry (once, not once per file) and reads its files.
+fn read_entry<B: Backend>(fs: &Sysfs<B>, entry: &ClassEntry) -> EntryRead {
+    let who = format!("{}/{}", entry.class, entry.name);
+    let mut r = Reader::new(fs);
+    let dir = match r.fs.resolve(&who) {
+        Ok((dir, EntryKind::Dir)) => Some(dir),
+        Ok(_) => {
+            r.warn(&who, "not a directory; skipped".into());
+            None
+        }
+        Err(e) => {
+            r.warn(&who, format!("cannot resolve: {e}; skipped"));
+            None
+        }
+    };
+    let resolve_warnings = r.into_warnings();
+    let mut r = Reader::new(fs);
+    let found = dir.and_then(|dir| read_files(&mut r, &who, entry, &dir));
+    EntryRead {
+        resolve_warnings,
+        field_warnings: r.into_warnings(),
+        found,
+    }
+}
+
+/// `ibdev` and `dev` (always both), then `port` for a MAD entry.
+fn read_files<B: Backend>(
+    r: &mut Reader<'_, B>,
+    who: &str,
+    entry: &ClassEntry,
+    dir: &str,
+) -> Option<(String, CharDevice, Option<u32>)> {
+    let ibdev = r.field(who, dir, "ibdev", parse::text, IfMissing::Warn);
+    let dev = r
+        .field(who, dir, "dev", parse::dev_numbers, IfMissing::Warn)
+        .map(|(major, minor)| CharDevice {
+            path: format!("{DEV_DIR}/{}", entry.name),
+            major,
+            minor,
+        });
+    let (ibdev, dev) = (ibdev?, dev?);
+    if entry.class == CLASSES[0].0 {
+        return Some((ibdev, dev, None));
+    }
+    let port = r.field(who, dir, "port", parse::decimal, IfMissing::Warn)?;
+    Some((ibdev, dev, Some(port)))
+}
+
+/// `/dev/infiniband/rdma_cm` from `class/misc/rdma_cm/dev`, when present.
+pub(crate) fn rdma_cm<B: Backend>(r: &mut Reader<'_, B>) -> Option<CharDevice> {
+    let (major, minor) = r.field(
+        "class/misc/rdma_cm",
+        "class/misc/rdma_cm",
+        "dev",
+        parse::dev_numbers,
+        IfMissing::Quiet,
+    )?;
+    Some(CharDevice {
+        path: format!("{DEV_DIR}/rdma_cm"),
+        major,
+        minor,
+    })
+}
