@@ -19,8 +19,10 @@
 //! # Ok::<(), topology::DiscoverError>(())
 //! ```
 //!
-//! [`discover()`] reads through [`sysfs::Sysfs`], which resolves every symlink
-//! itself and never leaves the root; [`discover_in`] takes any
+//! [`discover()`] reads through [`sysfs::Sysfs`], which never leaves the
+//! root: files are opened with `openat2(RESOLVE_BENEATH)`, the kernel
+//! refusing any step out of it, and every other path is resolved link by
+//! link by hand, with the same checks; [`discover_in`] takes any
 //! [`sysfs::Backend`], such as the in-memory [`sysfs::MemBackend`] of tests.
 #![deny(missing_docs)]
 

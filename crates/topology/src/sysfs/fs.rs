@@ -1,27 +1,16 @@
 //! The rooted path resolver: links resolved by hand, never out of the root.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
 use super::backend::{Backend, DirBackend, EntryKind};
 use super::error::FsError;
+use super::memory::{Listing, Memory};
 
 /// The longest chain of symlinks followed for one path; more means a loop.
 pub const MAX_LINK_HOPS: usize = 40;
-
-/// Directory listings kept at once. Discovery reads one device at a time,
-/// so a few dozen hold its working set while memory stays bounded on nodes
-/// with thousands of functions.
-const CACHED_LISTINGS: usize = 64;
-
-/// Paths remembered as real directories before the memory is given back.
-/// Discovery meets about six per function (the function, its class
-/// directories), so this holds a node of a few thousand functions.
-const CACHED_DIRS: usize = 16384;
 
 /// A sysfs tree reached through a [`Backend`], never leaving its root.
 ///
@@ -34,36 +23,7 @@ pub struct Sysfs<B> {
     backend: B,
     /// The root as an absolute path, to map absolute link targets inside it.
     root_abs: Option<PathBuf>,
-    listings: RefCell<HashMap<String, (Rc<Listing>, u64), PathHash>>,
-    clock: Cell<u64>,
-    known_dirs: RefCell<HashSet<String, PathHash>>,
-}
-
-/// The entries of one directory, by name.
-type Listing = HashMap<String, EntryKind, PathHash>;
-
-/// A fast hash for the paths and names of one local tree (the default
-/// SipHash guards against chosen keys, which a sysfs tree has no way to
-/// send; it was a visible share of discovery).
-type PathHash = BuildHasherDefault<PathHasher>;
-
-/// Multiply-rotate over 8-byte words, as in rustc's FxHash.
-#[derive(Clone, Copy, Debug, Default)]
-struct PathHasher(u64);
-
-impl Hasher for PathHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
-                .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
+    memory: Memory,
 }
 
 impl Sysfs<DirBackend> {
@@ -73,9 +33,7 @@ impl Sysfs<DirBackend> {
         Sysfs {
             backend: DirBackend::new(root),
             root_abs,
-            listings: RefCell::default(),
-            clock: Cell::new(0),
-            known_dirs: RefCell::default(),
+            memory: Memory::default(),
         }
     }
 }
@@ -86,9 +44,7 @@ impl<B: Backend> Sysfs<B> {
         Sysfs {
             backend,
             root_abs: None,
-            listings: RefCell::default(),
-            clock: Cell::new(0),
-            known_dirs: RefCell::default(),
+            memory: Memory::default(),
         }
     }
 
@@ -317,15 +273,13 @@ impl<B: Backend> Sysfs<B> {
     /// The kind of `real` if memory knows it (a known directory, or an
     /// entry of a cached listing, where absence is final).
     fn cached_kind(&self, real: &str, asked: &str) -> Result<Option<EntryKind>, FsError> {
-        if real.is_empty() || self.known_dirs.borrow().contains(real) {
+        if real.is_empty() || self.memory.is_known_dir(real) {
             return Ok(Some(EntryKind::Dir));
         }
         let (parent, name) = real.rsplit_once('/').unwrap_or(("", real));
-        match self.listings.borrow().get(parent) {
-            Some((listing, _)) => match listing.get(name) {
-                Some(kind) => Ok(Some(*kind)),
-                None => Err(FsError::NotFound { path: asked.into() }),
-            },
+        match self.memory.listed_kind(parent, name) {
+            Some(Some(kind)) => Ok(Some(kind)),
+            Some(None) => Err(FsError::NotFound { path: asked.into() }),
             None => Ok(None),
         }
     }
@@ -340,36 +294,14 @@ impl<B: Backend> Sysfs<B> {
             }
         })?;
         if kind == EntryKind::Dir {
-            let mut known = self.known_dirs.borrow_mut();
-            if known.len() >= CACHED_DIRS {
-                known.clear();
-            }
-            known.insert(real.to_string());
+            self.memory.remember_dir(real);
         }
         Ok(kind)
     }
 
     /// The cached listing of the real directory `dir`, read on first use.
     fn listing(&self, dir: &str) -> io::Result<Rc<Listing>> {
-        let now = self.clock.get() + 1;
-        self.clock.set(now);
-        let mut cache = self.listings.borrow_mut();
-        if let Some((listing, used)) = cache.get_mut(dir) {
-            *used = now;
-            return Ok(Rc::clone(listing));
-        }
-        let listing: Rc<Listing> = Rc::new(self.backend.list(dir)?.into_iter().collect());
-        if cache.len() >= CACHED_LISTINGS {
-            let oldest = cache
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                cache.remove(&oldest);
-            }
-        }
-        cache.insert(dir.to_string(), (Rc::clone(&listing), now));
-        Ok(listing)
+        self.memory.listing(dir, || self.backend.list(dir))
     }
 
     /// Turns a link target into components to walk from `resolved` (the

@@ -15,6 +15,7 @@ mod beneath;
 mod error;
 mod fs;
 mod mem;
+mod memory;
 pub(crate) mod parse;
 
 pub use backend::{Backend, DirBackend, EntryKind};
