@@ -130,9 +130,11 @@ impl<B: Backend> Sysfs<B> {
 
     /// The content of the regular file at `path`.
     ///
-    /// The directory part is resolved (from cached listings), then the file
-    /// is opened without following a link; only a link in last place takes
-    /// the slow path through [`Sysfs::resolve`].
+    /// Tried first through the backend's kernel-checked path (see
+    /// [`Sysfs::read_in`]); else the directory part is resolved (from
+    /// cached listings), then the file is opened without following a link,
+    /// and only a link in last place takes the slow path through
+    /// [`Sysfs::resolve`].
     pub fn read(&self, path: &str) -> Result<String, FsError> {
         self.read_in("", path)
     }
@@ -151,6 +153,7 @@ impl<B: Backend> Sysfs<B> {
         self.read_careful(&join(dir, file))
     }
 
+    /// [`Sysfs::read`] with every link resolved here.
     fn read_careful(&self, path: &str) -> Result<String, FsError> {
         let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
         if !matches!(name, "" | "." | "..") {
