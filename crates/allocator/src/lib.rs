@@ -23,12 +23,14 @@ mod features;
 mod model;
 mod node;
 mod pools;
-pub mod quantity;
 mod request;
 mod result;
 mod search;
 pub mod semver;
 mod taints;
+
+/// Kubernetes quantities, from the `k8s-quantity` crate.
+pub use k8s_quantity as quantity;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

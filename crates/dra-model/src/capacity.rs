@@ -9,9 +9,13 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use topology::NicFunction;
 
+/// `value` as a canonical decimal-SI quantity: `400000000000` → `400G`.
+fn decimal(value: u64) -> Quantity {
+    Quantity(k8s_quantity::Quantity::from_u64(value).to_decimal_si())
+}
+
 use crate::config::ModelConfig;
 use crate::names::{self, capacity};
-use crate::quantity::format_decimal;
 
 /// Link bandwidth of `nic` in bits/s: the netdev speed, else the RDMA port
 /// rate, else that of `pf` (its parent, for a VF). `None` when nothing says.
@@ -67,7 +71,7 @@ pub fn capacities(
         out.insert(
             names::qualified(config.driver(), id),
             DeviceCapacity {
-                value: Quantity(format_decimal(value)),
+                value: decimal(value),
                 request_policy: policy,
             },
         );
@@ -88,12 +92,12 @@ pub fn capacities(
 
 /// Any amount from `min_share` up to the whole; `min_share` by default.
 fn share_policy(total: u64, min_share: u64) -> CapacityRequestPolicy {
-    let min = Quantity(format_decimal(min_share.min(total)));
+    let min = decimal(min_share.min(total));
     CapacityRequestPolicy {
         default: Some(min.clone()),
         valid_range: Some(CapacityRequestPolicyRange {
             min,
-            max: Some(Quantity(format_decimal(total))),
+            max: Some(decimal(total)),
             step: None,
         }),
         valid_values: None,

@@ -22,7 +22,6 @@ mod index;
 pub mod names;
 pub mod nic_config;
 pub mod plan;
-pub mod quantity;
 pub mod sample;
 pub mod slices;
 pub mod validate;

@@ -4,11 +4,18 @@
 //! k8s-openapi carries a quantity as its string form only, and no well-kept
 //! crate implements the Kubernetes grammar (binary `Ki`..`Ei`, decimal
 //! `n`..`E` suffixes and `e`/`E` exponents) with exact comparison. The
-//! allocator must compare capacities exactly (`400G` equals `400000M`), so
-//! this small module does it: a quantity is an exact decimal
-//! `mantissa × 10^exponent` with up to 38 significant digits, which holds
-//! every value the API accepts, binary suffixes included (a finite decimal
-//! times a power of two is a finite decimal).
+//! allocator must compare capacities exactly (`400G` equals `400000M`), and
+//! the validator must agree with it, so this small crate does it for both: a
+//! quantity is an exact decimal `mantissa × 10^exponent` with up to 38
+//! significant digits, which holds every value the API accepts, binary
+//! suffixes included (a finite decimal times a power of two is a finite
+//! decimal).
+//!
+//! [`Quantity::to_decimal_si`] prints the canonical decimal-SI form
+//! (`400G`, `25M`, `100m`) that published objects carry.
+#![deny(missing_docs)]
+
+mod format;
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -50,6 +57,11 @@ impl Quantity {
 
     /// The quantity `value`, a whole number.
     pub fn from_int(value: i64) -> Quantity {
+        Quantity::normalized(i128::from(value), 0)
+    }
+
+    /// The quantity `value`, a whole non-negative number (a bandwidth, a count).
+    pub fn from_u64(value: u64) -> Quantity {
         Quantity::normalized(i128::from(value), 0)
     }
 
@@ -388,6 +400,10 @@ mod tests {
             "1 G",
             "0x10",
             "1e1000000",
+            "1Gb",
+            "abc",
+            "1ee3",
+            "+-1",
         ] {
             assert!(Quantity::parse(bad).is_err(), "{bad} accepted");
         }

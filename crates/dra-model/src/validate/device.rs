@@ -4,9 +4,9 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, Device, DeviceAttribute};
+use k8s_quantity::Quantity;
 
 use super::{Report, format};
-use crate::quantity::{QuantityValue, parse_quantity};
 
 /// Longest attribute/capacity key: domain (63) + `/` + identifier (32).
 const MAX_KEY_LENGTH: usize = 63 + 1 + 32;
@@ -102,7 +102,7 @@ fn check_capacities(r: &mut Report, path: &str, d: &Device) {
     for (key, cap) in d.capacity.iter().flatten() {
         let at = format!("{path}.capacity[{key}]");
         check_key(r, &at, key);
-        let Ok(value) = parse_quantity(&cap.value.0) else {
+        let Ok(value) = Quantity::parse(&cap.value.0) else {
             r.fail(&at, format!("{:?} is not a quantity", cap.value.0));
             continue;
         };
@@ -121,15 +121,15 @@ fn quantity(
     r: &mut Report,
     at: &str,
     q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-) -> Option<QuantityValue> {
-    let parsed = parse_quantity(&q.0);
+) -> Option<Quantity> {
+    let parsed = Quantity::parse(&q.0);
     if parsed.is_err() {
         r.fail(at, format!("{:?} is not a quantity", q.0));
     }
     parsed.ok()
 }
 
-fn check_policy(r: &mut Report, at: &str, capacity: QuantityValue, p: &CapacityRequestPolicy) {
+fn check_policy(r: &mut Report, at: &str, capacity: Quantity, p: &CapacityRequestPolicy) {
     let values = p.valid_values.as_deref().unwrap_or(&[]);
     if !values.is_empty() && p.valid_range.is_some() {
         r.fail(at, "validValues and validRange are mutually exclusive");
@@ -146,7 +146,7 @@ fn check_policy(r: &mut Report, at: &str, capacity: QuantityValue, p: &CapacityR
         );
     }
     if !values.is_empty() {
-        let parsed: Vec<QuantityValue> = values
+        let parsed: Vec<Quantity> = values
             .iter()
             .filter_map(|q| quantity(r, &format!("{at}.validValues"), q))
             .collect();
@@ -174,8 +174,8 @@ fn check_policy(r: &mut Report, at: &str, capacity: QuantityValue, p: &CapacityR
 fn check_range(
     r: &mut Report,
     at: &str,
-    capacity: QuantityValue,
-    default: Option<QuantityValue>,
+    capacity: Quantity,
+    default: Option<Quantity>,
     range: &k8s_openapi::api::resource::v1::CapacityRequestPolicyRange,
 ) {
     let policy_at = at;
@@ -215,16 +215,16 @@ fn check_range(
         );
     }
     if let Some(step) = step {
-        if step.millis <= 0 {
+        if step.sign() <= 0 {
             r.fail(format!("{at}.step"), "must be greater than zero");
             return;
         }
         r.check(
-            min.millis + step.millis <= capacity.millis,
+            min.checked_add(&step).is_ok_and(|above| above <= capacity),
             format!("{at}.step"),
             "one step above min exceeds the capacity",
         );
-        let on_step = |v: QuantityValue| (v.millis - min.millis) % step.millis == 0;
+        let on_step = |v: Quantity| v.is_step_of(&min, &step);
         r.check(
             default.is_none_or(on_step),
             format!("{policy_at}.default"),

@@ -17,10 +17,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use k8s_openapi::api::resource::v1::{CounterSet, ResourceSlice};
+use k8s_quantity::Quantity;
 
 pub use pool::check_pool;
-
-use crate::quantity::parse_quantity;
 
 /// Devices per slice.
 pub const MAX_DEVICES: usize = 128;
@@ -251,7 +250,7 @@ pub(crate) fn check_counters(
             "counter name is not a DNS label",
         );
         r.check(
-            parse_quantity(&counter.value.0).is_ok(),
+            Quantity::parse(&counter.value.0).is_ok(),
             &at,
             format!("{:?} is not a quantity", counter.value.0),
         );

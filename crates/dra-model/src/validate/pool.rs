@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_quantity::Quantity;
 
 use super::{Report, Violation};
-use crate::quantity::parse_quantity;
 
 /// Every rule the slices of one pool break together: one driver and pool
 /// name, one generation, `resourceSliceCount` equal to the number of
@@ -75,7 +75,7 @@ fn check_unique_names(r: &mut Report, slices: &[ResourceSlice]) {
 
 fn check_counter_references(r: &mut Report, slices: &[ResourceSlice]) {
     // counter set -> counter -> (available, consumed by all devices at once is not required)
-    let mut sets: BTreeMap<&str, BTreeMap<&str, i128>> = BTreeMap::new();
+    let mut sets: BTreeMap<&str, BTreeMap<&str, Quantity>> = BTreeMap::new();
     for s in slices {
         for set in s.spec.shared_counters.iter().flatten() {
             let counters = set
@@ -84,7 +84,7 @@ fn check_counter_references(r: &mut Report, slices: &[ResourceSlice]) {
                 .map(|(n, c)| {
                     (
                         n.as_str(),
-                        parse_quantity(&c.value.0).map_or(0, |q| q.millis),
+                        Quantity::parse(&c.value.0).unwrap_or(Quantity::ZERO),
                     )
                 })
                 .collect();
@@ -118,7 +118,7 @@ fn check_counter_references(r: &mut Report, slices: &[ResourceSlice]) {
                             format!("counter {name:?} is not in set {:?}", c.counter_set),
                         ),
                         Some(avail) => r.check(
-                            parse_quantity(&q.value.0).is_ok_and(|v| v.millis <= *avail),
+                            Quantity::parse(&q.value.0).is_ok_and(|v| v <= *avail),
                             &at,
                             format!("consumes more {name:?} than set {:?} holds", c.counter_set),
                         ),
