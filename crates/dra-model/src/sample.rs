@@ -3,10 +3,12 @@
 //!
 //! Real topologies come from sysfs fixtures (testkit); these exist to
 //! reach sizes no fixture has (8 PFs × 256 VFs) without a sysfs tree.
+//! [`plain_function`] and [`rdma_cm`] are the building blocks of the
+//! smaller hand-placed inventories other unit tests write.
 
 use topology::{
-    FunctionKind, Gpu, GpuNicLink, Inventory, Netdev, NicFunction, PciAddress, PciIds, PcieLink,
-    PcieLocation, RdmaDevice, RdmaPort,
+    CharDevice, FunctionKind, Gpu, GpuNicLink, Inventory, Netdev, NicFunction, PciAddress, PciIds,
+    PcieLink, PcieLocation, RdmaDevice, RdmaPort,
 };
 
 /// PF `i` of a synthetic node: `0000:<0x10 + 0x10·i>:00.0`.
@@ -67,13 +69,7 @@ pub fn pf(i: usize, vfs: usize, up: bool) -> NicFunction {
             total_vfs: Some(256),
             vfs: (0..vfs).map(|j| vf_address(i, j)).collect(),
         },
-        ids: PciIds {
-            vendor: 0x1dd8,
-            device: 0x1002,
-            subsystem_vendor: Some(0x1dd8),
-            subsystem_device: Some(0x5201),
-            class: 0x020000,
-        },
+        ids: pollara_ids(false),
         product_name: Some("Pollara 400".into()),
         driver: Some("ionic".into()),
         location: location(i, numa),
@@ -115,13 +111,87 @@ pub fn vf(i: usize, j: usize) -> NicFunction {
             physfn: pf_address(i),
             index: j as u32,
         },
-        ids: PciIds {
-            device: 0x1003,
-            ..parent.ids
-        },
+        ids: pollara_ids(true),
         netdevs: vec![],
         rdma: vec![],
         ..parent
+    }
+}
+
+/// PCI IDs of a Pollara 400 PF (device `1002`) or VF (device `1003`).
+pub fn pollara_ids(vf: bool) -> PciIds {
+    PciIds {
+        vendor: 0x1dd8,
+        device: if vf { 0x1003 } else { 0x1002 },
+        subsystem_vendor: Some(0x1dd8),
+        subsystem_device: Some(0x5201),
+        class: 0x020000,
+    }
+}
+
+/// A Pollara function with only what hand-written tests look at: `address`
+/// and `kind`, netdev `netdev` (MTU 9000, 400 Gb/s, up) and RDMA device
+/// `ionic_<n>` (port 1 active) with `uverbs<n>`, `umad<n>` and `issm<n>`
+/// char devices. It hangs straight off root `pci0000:00` on NUMA node 0,
+/// with no CPU list, link speed, MAC or firmware version.
+pub fn plain_function(
+    address: PciAddress,
+    kind: FunctionKind,
+    netdev: String,
+    n: u32,
+) -> NicFunction {
+    let infiniband = |name: &str, minor: u32| CharDevice {
+        path: format!("/dev/infiniband/{name}{n}"),
+        major: 231,
+        minor,
+    };
+    NicFunction {
+        address,
+        ids: pollara_ids(matches!(kind, FunctionKind::Vf { .. })),
+        kind,
+        product_name: Some("Pollara 400".into()),
+        driver: Some("ionic".into()),
+        location: PcieLocation {
+            root: "pci0000:00".into(),
+            bridges: vec![],
+            switch: None,
+            numa_node: Some(0),
+        },
+        local_cpus: None,
+        pcie_link: PcieLink {
+            speed_gts: None,
+            width: None,
+        },
+        netdevs: vec![Netdev {
+            name: netdev,
+            mac: None,
+            mtu: Some(9000),
+            speed_mbps: Some(400_000),
+            operstate: Some("up".into()),
+        }],
+        rdma: vec![RdmaDevice {
+            name: format!("ionic_{n}"),
+            firmware_version: None,
+            ports: vec![RdmaPort {
+                number: 1,
+                state: Some("ACTIVE".into()),
+                phys_state: Some("LinkUp".into()),
+                rate: None,
+                link_layer: Some("Ethernet".into()),
+            }],
+            uverbs: Some(infiniband("uverbs", 192 + n)),
+            umad: vec![infiniband("umad", n)],
+            issm: vec![infiniband("issm", 64 + n)],
+        }],
+    }
+}
+
+/// The `/dev/infiniband/rdma_cm` char device (10:58).
+pub fn rdma_cm() -> CharDevice {
+    CharDevice {
+        path: "/dev/infiniband/rdma_cm".into(),
+        major: 10,
+        minor: 58,
     }
 }
 

@@ -1,13 +1,7 @@
 //! Hand-built inventories for unit tests of the node agent (no sysfs).
 
-use topology::{
-    CharDevice, FunctionKind, Inventory, Netdev, NicFunction, PciAddress, PciIds, PcieLink,
-    PcieLocation, RdmaDevice, RdmaPort,
-};
-
-fn char_dev(path: String, major: u32, minor: u32) -> CharDevice {
-    CharDevice { path, major, minor }
-}
+use dra_model::sample;
+use topology::{FunctionKind, Inventory, NicFunction, PciAddress};
 
 /// An AINIC PF on `bus` with netdev `eth<i>`, RDMA device `ionic_<i>` and
 /// verbs/umad/issm char devices numbered `i`; link and port up.
@@ -18,66 +12,11 @@ pub fn pf(i: u8, bus: u8) -> NicFunction {
         device: 0,
         function: 0,
     };
-    NicFunction {
-        address,
-        kind: FunctionKind::Pf {
-            total_vfs: Some(8),
-            vfs: vec![],
-        },
-        ids: PciIds {
-            vendor: 0x1dd8,
-            device: 0x1002,
-            subsystem_vendor: Some(0x1dd8),
-            subsystem_device: Some(0x5201),
-            class: 0x020000,
-        },
-        product_name: Some("Pollara 400".into()),
-        driver: Some("ionic".into()),
-        location: PcieLocation {
-            root: "pci0000:00".into(),
-            bridges: vec![],
-            switch: None,
-            numa_node: Some(0),
-        },
-        local_cpus: None,
-        pcie_link: PcieLink {
-            speed_gts: None,
-            width: None,
-        },
-        netdevs: vec![Netdev {
-            name: format!("eth{i}"),
-            mac: None,
-            mtu: Some(9000),
-            speed_mbps: Some(400_000),
-            operstate: Some("up".into()),
-        }],
-        rdma: vec![RdmaDevice {
-            name: format!("ionic_{i}"),
-            firmware_version: None,
-            ports: vec![RdmaPort {
-                number: 1,
-                state: Some("ACTIVE".into()),
-                phys_state: Some("LinkUp".into()),
-                rate: None,
-                link_layer: Some("Ethernet".into()),
-            }],
-            uverbs: Some(char_dev(
-                format!("/dev/infiniband/uverbs{i}"),
-                231,
-                192 + u32::from(i),
-            )),
-            umad: vec![char_dev(
-                format!("/dev/infiniband/umad{i}"),
-                231,
-                u32::from(i),
-            )],
-            issm: vec![char_dev(
-                format!("/dev/infiniband/issm{i}"),
-                231,
-                64 + u32::from(i),
-            )],
-        }],
-    }
+    let kind = FunctionKind::Pf {
+        total_vfs: Some(8),
+        vfs: vec![],
+    };
+    sample::plain_function(address, kind, format!("eth{i}"), u32::from(i))
 }
 
 /// Two PFs (`pf-0000-0c-00-0`, `pf-0000-0d-00-0`) and `rdma_cm`.
@@ -86,7 +25,7 @@ pub fn inventory() -> Inventory {
         nics: vec![pf(0, 0x0c), pf(1, 0x0d)],
         gpus: vec![],
         links: vec![],
-        rdma_cm: Some(char_dev("/dev/infiniband/rdma_cm".into(), 10, 58)),
+        rdma_cm: Some(sample::rdma_cm()),
         warnings: vec![],
     }
 }

@@ -2,12 +2,12 @@
 //!
 //! Each function gets a PCIe position from a root name and a switch number:
 //! functions with the same root and switch number share a switch; `None`
-//! puts a function straight on its own root port.
+//! puts a function straight on its own root port. The functions themselves
+//! are [`sample::plain_function`]s.
 
-use topology::{
-    CharDevice, FunctionKind, Inventory, Netdev, NicFunction, PciAddress, PciIds, PcieLink,
-    PcieLocation, RdmaDevice, RdmaPort, nearest_switch,
-};
+use topology::{FunctionKind, Inventory, NicFunction, PciAddress, PcieLocation, nearest_switch};
+
+use crate::sample;
 
 fn addr(s: &str) -> PciAddress {
     s.parse().unwrap()
@@ -37,60 +37,12 @@ fn location(address: PciAddress, numa: u32, root: &str, switch: Option<u8>) -> P
     }
 }
 
-fn function(address: PciAddress, kind: FunctionKind, device_id: u16) -> NicFunction {
+/// A function at `address` with netdev `eth<bus>f<function>` and RDMA
+/// device `ionic_<bus·8 + function>`; its caller places it.
+fn function(address: PciAddress, kind: FunctionKind) -> NicFunction {
     let n = u32::from(address.bus) * 8 + u32::from(address.function);
-    NicFunction {
-        address,
-        kind,
-        ids: PciIds {
-            vendor: 0x1dd8,
-            device: device_id,
-            subsystem_vendor: Some(0x1dd8),
-            subsystem_device: Some(0x5201),
-            class: 0x020000,
-        },
-        product_name: Some("Pollara 400".into()),
-        driver: Some("ionic".into()),
-        location: location(address, 0, "pci0000:00", None),
-        local_cpus: None,
-        pcie_link: PcieLink {
-            speed_gts: None,
-            width: None,
-        },
-        netdevs: vec![Netdev {
-            name: format!("eth{:02x}f{}", address.bus, address.function),
-            mac: None,
-            mtu: Some(9000),
-            speed_mbps: Some(400_000),
-            operstate: Some("up".into()),
-        }],
-        rdma: vec![RdmaDevice {
-            name: format!("ionic_{n}"),
-            firmware_version: None,
-            ports: vec![RdmaPort {
-                number: 1,
-                state: Some("ACTIVE".into()),
-                phys_state: Some("LinkUp".into()),
-                rate: None,
-                link_layer: Some("Ethernet".into()),
-            }],
-            uverbs: Some(CharDevice {
-                path: format!("/dev/infiniband/uverbs{n}"),
-                major: 231,
-                minor: 192 + n,
-            }),
-            umad: vec![CharDevice {
-                path: format!("/dev/infiniband/umad{n}"),
-                major: 231,
-                minor: n,
-            }],
-            issm: vec![CharDevice {
-                path: format!("/dev/infiniband/issm{n}"),
-                major: 231,
-                minor: 64 + n,
-            }],
-        }],
-    }
+    let netdev = format!("eth{:02x}f{}", address.bus, address.function);
+    sample::plain_function(address, kind, netdev, n)
 }
 
 /// A PF at `address` on NUMA node `numa`, below `root`, under `switch`.
@@ -102,7 +54,6 @@ pub(crate) fn pf(address: &str, numa: u32, root: &str, switch: Option<u8>) -> Ni
             total_vfs: Some(8),
             vfs: vec![],
         },
-        0x1002,
     );
     f.location = location(address, numa, root, switch);
     f
@@ -124,7 +75,6 @@ pub(crate) fn vf(
             physfn: addr(physfn),
             index,
         },
-        0x1003,
     );
     f.location = location(address, numa, root, switch);
     f
@@ -152,11 +102,7 @@ pub(crate) fn inventory(mut nics: Vec<NicFunction>) -> Inventory {
     }
     Inventory {
         nics,
-        rdma_cm: Some(CharDevice {
-            path: "/dev/infiniband/rdma_cm".into(),
-            major: 10,
-            minor: 58,
-        }),
+        rdma_cm: Some(sample::rdma_cm()),
         ..Inventory::default()
     }
 }
