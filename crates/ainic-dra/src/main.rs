@@ -1,12 +1,9 @@
 //! `ainic-dra`: the node agent and the command-line tools of the AMD AI NIC
 //! DRA driver. Each subcommand lives in its own file under `cli/`.
 
-mod classic;
-mod cli;
-mod demo;
-mod node;
-
 use std::process::ExitCode;
+
+use ainic_dra::cli;
 
 use clap::{Parser, Subcommand};
 

@@ -52,14 +52,18 @@ pub fn table(inventory: &Inventory) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<13} {:<4} {:<11} {:<12} {:<12} {:<4} {:<11} {:<13} {:<9} {}",
-        "NIC", "TYPE", "PRODUCT", "NETDEV", "RDMA", "NUMA", "PCIE ROOT", "SWITCH", "LINK", "NEAREST GPU"
+        "{:<13} {:<4} {:<11} {:<12} {:<12} {:<4} {:<11} {:<13} {:<9} NEAREST GPU",
+        "NIC", "TYPE", "PRODUCT", "NETDEV", "RDMA", "NUMA", "PCIE ROOT", "SWITCH", "LINK",
     );
     for nic in &inventory.nics {
         let _ = writeln!(out, "{}", nic_row(inventory, nic));
     }
     if !inventory.gpus.is_empty() {
-        let _ = writeln!(out, "\n{:<13} {:<11} {:<4} {:<11} SWITCH", "GPU", "ID", "NUMA", "PCIE ROOT");
+        let _ = writeln!(
+            out,
+            "\n{:<13} {:<11} {:<4} {:<11} SWITCH",
+            "GPU", "ID", "NUMA", "PCIE ROOT"
+        );
         for gpu in &inventory.gpus {
             let _ = writeln!(
                 out,
@@ -88,7 +92,10 @@ fn nic_row(inventory: &Inventory, nic: &NicFunction) -> String {
         FunctionKind::Vf { .. } => "vf".to_string(),
     };
     let netdev = nic.netdevs.first();
-    let link = match (netdev.and_then(|n| n.operstate.as_deref()), netdev.and_then(|n| n.speed_mbps)) {
+    let link = match (
+        netdev.and_then(|n| n.operstate.as_deref()),
+        netdev.and_then(|n| n.speed_mbps),
+    ) {
         (Some(state), Some(mbps)) => format!("{state}/{}G", mbps / 1000),
         (Some(state), None) => state.to_string(),
         _ => "-".to_string(),

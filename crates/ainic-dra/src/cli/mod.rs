@@ -125,7 +125,10 @@ fn load_topology_yaml(spec: &str) -> Result<String> {
         return std::fs::read_to_string(path)
             .with_context(|| format!("failed to read topology file {}", path.display()));
     }
-    let names: Vec<&str> = testkit::fixture::bundled().iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = testkit::fixture::bundled()
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
     anyhow::bail!(
         "no topology named {spec:?} and no such file; bundled topologies: {}",
         names.join(", ")

@@ -129,6 +129,7 @@ pub async fn start(
         inventory: inventory_tx,
         reports: reports_tx,
         metrics: metrics.clone(),
+        links: subscribe_links(),
     };
     refresher.report();
     tokio::spawn(refresher.run());
@@ -188,6 +189,19 @@ pub async fn start(
         inventory: inventory_rx,
         sockets: vec![reg_socket, config.plugin_dir.join(DRA_SOCKET)],
     })
+}
+
+/// Kernel link events for the refresher; `None` (logged) where the host
+/// gives no netlink socket, leaving the periodic refresh alone.
+fn subscribe_links() -> Option<tokio::sync::mpsc::Receiver<publisher::LinkEvent>> {
+    use publisher::LinkSource;
+    match publisher::NetlinkLinks.subscribe() {
+        Ok(links) => Some(links),
+        Err(error) => {
+            tracing::warn!(%error, "no netlink link events; refreshing on the interval only");
+            None
+        }
+    }
 }
 
 /// Resolves when SIGTERM or SIGINT arrives.

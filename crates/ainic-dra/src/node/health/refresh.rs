@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use topology::{DiscoveryConfig, Inventory};
 
 use super::{HealthReport, assess};
 use crate::node::http::metrics::Metrics;
+use crate::node::publisher::LinkEvent;
 
 /// Keeps the inventory and the health report fresh.
 pub struct Refresher {
@@ -26,7 +27,14 @@ pub struct Refresher {
     pub reports: watch::Sender<Arc<HealthReport>>,
     /// Device-state gauges.
     pub metrics: Arc<Metrics>,
+    /// Kernel link events (netlink), when the host gives them: each burst
+    /// triggers a refresh at once instead of at the next tick, so a link
+    /// going down reaches health, slices and the classic plugin quickly.
+    pub links: Option<mpsc::Receiver<LinkEvent>>,
 }
+
+/// How long to wait for a burst of link events to end before refreshing.
+const LINK_SETTLE: Duration = Duration::from_millis(200);
 
 fn now() -> i64 {
     SystemTime::now()
@@ -68,14 +76,44 @@ impl Refresher {
         self.report();
     }
 
-    /// Refreshes forever, every interval.
-    pub async fn run(self) {
+    /// Refreshes forever, every interval and after each burst of link events.
+    pub async fn run(mut self) {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
+        let mut links = self.links.take();
         loop {
-            ticks.tick().await;
+            tokio::select! {
+                _ = ticks.tick() => {}
+                event = next_link_event(&mut links) => {
+                    match event {
+                        Some(event) => {
+                            tracing::debug!(ifname = %event.ifname, up = event.up, "link event");
+                            settle(links.as_mut()).await;
+                        }
+                        None => {
+                            tracing::warn!("netlink link events ended; refreshing on the interval only");
+                            links = None;
+                            continue;
+                        }
+                    }
+                }
+            }
             self.refresh().await;
         }
     }
+}
+
+/// The next link event; pending forever when there is no source.
+async fn next_link_event(links: &mut Option<mpsc::Receiver<LinkEvent>>) -> Option<LinkEvent> {
+    match links {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Swallows the rest of a burst: returns once no event came for [`LINK_SETTLE`].
+async fn settle(links: Option<&mut mpsc::Receiver<LinkEvent>>) {
+    let Some(rx) = links else { return };
+    while let Ok(Some(_)) = tokio::time::timeout(LINK_SETTLE, rx.recv()).await {}
 }
