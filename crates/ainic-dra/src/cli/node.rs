@@ -126,8 +126,12 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
 
 /// Runs the agent until SIGTERM/SIGINT.
 pub fn run(args: NodeArgs) -> Result<()> {
+    // Two workers and a small blocking pool: the agent's work is short
+    // socket and file I/O, and every extra thread costs stack and a malloc
+    // arena (RSS), which the DaemonSet pays on every node.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .max_blocking_threads(4)
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
