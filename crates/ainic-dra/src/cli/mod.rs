@@ -51,11 +51,17 @@ pub fn exit_code(result: Result<()>) -> ExitCode {
 }
 
 /// The error and its causes joined on one line: `what failed: why: root cause`.
+/// A cause that its parent's message already ends with (errors that both
+/// print and chain their source) is said once.
 fn one_line(err: &anyhow::Error) -> String {
-    err.chain()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(": ")
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain().map(ToString::to_string) {
+        if parts.last().is_some_and(|last| last.ends_with(&cause)) {
+            continue;
+        }
+        parts.push(cause);
+    }
+    parts.join(": ")
 }
 
 /// Where the sysfs tree comes from: a real root, or a topology fixture that
