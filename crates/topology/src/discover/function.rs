@@ -98,14 +98,20 @@ pub(crate) fn ids<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<Pci
 }
 
 /// The position in the PCIe tree, from the resolved directory
-/// `devices/<host bridge>/<bridge>/…/<function>`; `None` (device skipped)
-/// when the directory is not below a host bridge.
+/// `devices/…/<host bridge>/<bridge>/…/<function>`; `None` (device skipped)
+/// when the directory is not below a host bridge. The host bridge is the
+/// last `pci…` component: usually right below `devices/`, but deeper on
+/// Hyper-V virtual PCI (`devices/…/VMBUS:00/<guid>/pci0041:00/…`).
 pub(crate) fn location<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<PcieLocation> {
     let who = f.who();
     let comps: Vec<&str> = f.dir.split('/').collect();
-    let root = match comps.as_slice() {
-        ["devices", root, .., _] if root.starts_with("pci") => root.to_string(),
-        _ => {
+    let host_bridge = comps
+        .iter()
+        .rposition(|c| c.starts_with("pci"))
+        .filter(|&i| comps[0] == "devices" && i >= 1 && i + 1 < comps.len());
+    let (root, root_at) = match host_bridge {
+        Some(i) => (comps[i].to_string(), i),
+        None => {
             r.warn(
                 &who,
                 format!(
@@ -116,7 +122,7 @@ pub(crate) fn location<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Optio
             return None;
         }
     };
-    let bridges: Vec<PciAddress> = comps[2..comps.len() - 1]
+    let bridges: Vec<PciAddress> = comps[root_at + 1..comps.len() - 1]
         .iter()
         .filter_map(|c| c.parse().ok())
         .collect();
