@@ -5,8 +5,7 @@
 
 mod node_support;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -18,47 +17,14 @@ use node_support::{Agent, NODE, World, wait_exit};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Starts the agent with the classic path on, plus `extra` flags.
-fn start_agent(world: &World, plugins: &PathBuf, extra: &[&str]) -> Agent {
-    let d = world.dirs();
-    let log = world.tmp.path().join("agent.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args([
-            "--log",
-            "info",
-            "node",
-            "--node-name",
-            NODE,
-            "--http-addr",
-            "",
-        ])
-        .arg("--sysfs-root")
-        .arg(&world.sysfs)
-        .arg("--dev-root")
-        .arg(&d.dev)
-        .arg("--kubeconfig")
-        .arg(&world.kubeconfig)
-        .arg("--plugin-dir")
-        .arg(&d.plugin)
-        .arg("--registry-dir")
-        .arg(&d.registry)
-        .arg("--cdi-dir")
-        .arg(&d.cdi)
-        .arg("--state-dir")
-        .arg(&d.state)
-        .arg("--device-plugin")
-        .arg("--device-plugin-dir")
-        .arg(plugins)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start ainic-dra node");
-    Agent {
-        child,
-        http: String::new(),
-        log,
-    }
+fn start_agent(world: &World, plugins: &Path, extra: &[&str]) -> Agent {
+    let mut flags = vec![
+        "--device-plugin",
+        "--device-plugin-dir",
+        plugins.to_str().unwrap(),
+    ];
+    flags.extend_from_slice(extra);
+    world.start_agent_with(None, &flags)
 }
 
 /// Devices in the node's published ResourceSlices, once there are slices.

@@ -9,75 +9,25 @@
 
 mod node_support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use kubelet_api::deviceplugin::v1beta1 as dp;
 use testkit::fake_kubelet_dp::FakeKubelet;
 
-use node_support::{Agent, NODE, World};
-
-/// Removes the copied spec when the test ends, pass or fail.
-struct Installed(PathBuf);
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn rootfs(dir: &Path) -> PathBuf {
-    let root = dir.join("rootfs");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("busybox is required (apt-get install busybox-static)");
-    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
-    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
-    root
-}
+use node_support::{Agent, Installed, World, rootfs};
 
 fn start_agent(world: &World, plugins: &Path) -> Agent {
-    let d = world.dirs();
-    let log = world.tmp.path().join("agent.log");
-    let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args([
-            "--log",
-            "info",
-            "node",
-            "--node-name",
-            NODE,
-            "--http-addr",
-            "",
-        ])
-        .arg("--sysfs-root")
-        .arg(&world.sysfs)
-        .arg("--dev-root")
-        .arg(&d.dev)
-        .arg("--kubeconfig")
-        .arg(&world.kubeconfig)
-        .arg("--plugin-dir")
-        .arg(&d.plugin)
-        .arg("--registry-dir")
-        .arg(&d.registry)
-        .arg("--cdi-dir")
-        .arg(&d.cdi)
-        .arg("--state-dir")
-        .arg(&d.state)
-        .args(["--device-plugin", "--cdi-enabled", "--device-plugin-dir"])
-        .arg(plugins)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start ainic-dra node");
-    Agent {
-        child,
-        http: String::new(),
-        log,
-    }
+    world.start_agent_with(
+        None,
+        &[
+            "--device-plugin",
+            "--cdi-enabled",
+            "--device-plugin-dir",
+            plugins.to_str().unwrap(),
+        ],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

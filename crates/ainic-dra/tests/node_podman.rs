@@ -8,34 +8,12 @@
 
 mod node_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
 
-use node_support::{DRIVER, NODE, World, nic_config};
-
-/// Removes the copied spec when the test ends, pass or fail.
-struct Installed(PathBuf);
-
-impl Drop for Installed {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A root filesystem without an image: busybox and `sh`.
-fn rootfs(dir: &Path) -> PathBuf {
-    let root = dir.join("rootfs");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("busybox is required (apt-get install busybox-static)");
-    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
-    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
-    root
-}
+use node_support::{DRIVER, Installed, NODE, World, nic_config, rootfs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn podman_container_sees_the_devices_and_env_of_a_prepared_claim() {

@@ -257,3 +257,26 @@ fn kubeconfig_yaml(server: &str) -> String {
         "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {server}\nusers:\n- name: test\n  user: {{}}\ncontexts:\n- name: test\n  context:\n    cluster: standin\n    user: test\ncurrent-context: test\n"
     )
 }
+
+/// A file copied where a container runtime looks (e.g. a CDI spec in
+/// `/var/run/cdi`), removed when the test ends, pass or fail.
+pub struct Installed(pub PathBuf);
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A root filesystem without an image: busybox and `sh`, under `dir`.
+pub fn rootfs(dir: &Path) -> PathBuf {
+    let root = dir.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox is required (apt-get install busybox-static)");
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
+    root
+}
