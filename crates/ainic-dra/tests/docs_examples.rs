@@ -9,9 +9,6 @@
 //! `yaml device-plugin-config`; `yaml simulate-output example=FILE` = the
 //! allocation results of `examples/FILE` on the walkthrough node.
 
-#[path = "helm/engine.rs"]
-#[allow(dead_code)] // `Rendered::file` is read by the helm tests only
-mod engine;
 #[path = "helm/objects.rs"]
 mod objects;
 
@@ -308,12 +305,14 @@ fn exercise_fragment(block: &Block) {
 
 fn exercise_helm_values(block: &Block) {
     let values: Value = serde_yaml::from_str(&block.text).unwrap();
-    let release = engine::Release {
-        name: "ainic-dra",
-        namespace: "ainic-system",
-    };
-    let rendered = engine::render(&repo("deploy/helm/ainic-dra"), values, &release)
-        .unwrap_or_else(|e| panic!("{}: {e}", block.origin));
+    let rendered = testkit::testbed::helm::template(
+        &repo("deploy/helm/ainic-dra"),
+        "ainic-dra",
+        "ainic-system",
+        &values,
+        "1.37.0",
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", block.origin));
     for r in &rendered {
         objects::check_typed(&r.object).unwrap_or_else(|e| panic!("{}: {e}", block.origin));
     }

@@ -334,7 +334,7 @@ fn one_nic_is_shared_by_several_claims_by_bandwidth() {
         assert!(r.share_id.is_some());
         assert_eq!(
             r.consumed_capacity.as_ref().unwrap()["ainic.amd.com/bandwidth"].0,
-            "100000000000"
+            "100G"
         );
     }
     assert_eq!(results[4].device, "pf-0000-24-00-0");

@@ -63,7 +63,7 @@ pub(crate) fn build(
                     .map(|_| share_id(&plan.label, &request, &device, nth)),
                 consumed_capacity: p.consumed.as_ref().filter(|c| !c.is_empty()).map(|c| {
                     c.iter()
-                        .map(|(name, q)| (name.clone(), ApiQuantity(q.to_string())))
+                        .map(|(name, q)| (name.clone(), ApiQuantity(q.to_decimal_si())))
                         .collect()
                 }),
                 admin_access: spec.admin_access.then_some(true),

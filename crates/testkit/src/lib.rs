@@ -4,3 +4,4 @@ pub mod apiserver;
 pub mod fake_kubelet_dp;
 pub mod fixture;
 pub mod kubelet;
+pub mod testbed;

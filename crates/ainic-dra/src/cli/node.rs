@@ -66,6 +66,12 @@ pub struct NodeArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub refresh_interval: u64,
 
+    /// Seconds between checks of the published ResourceSlices against the
+    /// API server when nothing changed; a check that finds them as
+    /// published writes nothing.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub resync_interval: u64,
+
     /// Flags that shape the published devices.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -142,6 +148,7 @@ pub fn run(args: NodeArgs) -> Result<()> {
         node: args.config(),
         model: Box::new(move |labels| model_args.config(&node_name, labels)),
         classic,
+        resync_every: Duration::from_secs(args.resync_interval.max(1)),
     };
     runtime.block_on(async move {
         let client = kube_client(args.kubeconfig.as_ref()).await?;

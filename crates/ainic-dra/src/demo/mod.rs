@@ -13,7 +13,7 @@ mod prepare;
 mod schedule;
 mod show;
 mod usecases;
-mod world;
+pub mod world;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -268,7 +268,7 @@ fn check_socket_paths(base: &Path) -> Result<()> {
 }
 
 /// True when `node`'s pool has all its slices at one generation.
-fn pool_complete(slices: &[ResourceSlice], node: &str) -> bool {
+pub fn pool_complete(slices: &[ResourceSlice], node: &str) -> bool {
     let pool: Vec<&ResourceSlice> = slices.iter().filter(|s| s.spec.pool.name == node).collect();
     let Some(first) = pool.first() else {
         return false;
@@ -282,7 +282,7 @@ fn pool_complete(slices: &[ResourceSlice], node: &str) -> bool {
 /// The GPU driver's slice for a node's GPUs (`gpu-N`, with pcieRoot and
 /// the address under the pairing attribute), as the AMD GPU driver
 /// publishes them.
-fn gpu_slice(node: &str, inventory: &topology::Inventory) -> Result<ResourceSlice> {
+pub fn gpu_slice(node: &str, inventory: &topology::Inventory) -> Result<ResourceSlice> {
     let devices: Vec<_> = inventory
         .gpus
         .iter()

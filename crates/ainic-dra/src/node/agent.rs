@@ -17,9 +17,6 @@ use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, S
 use super::{NodeConfig, shutdown_signal, start};
 use crate::classic::ClassicSettings;
 
-/// How often the publisher re-checks the API even when nothing changed.
-const RESYNC_EVERY: Duration = Duration::from_secs(300);
-
 /// What the agent runs.
 pub struct AgentConfig {
     /// The DRA plugin's settings.
@@ -28,6 +25,9 @@ pub struct AgentConfig {
     pub model: Box<dyn FnOnce(BTreeMap<String, String>) -> Result<ModelConfig> + Send>,
     /// The classic device plugin, when `--device-plugin` is set.
     pub classic: Option<ClassicSettings>,
+    /// How often the publisher re-checks its slices in the API even when
+    /// nothing changed (repairs slices someone else changed or deleted).
+    pub resync_every: Duration,
 }
 
 /// The node's labels (fabric facts may come from them); empty when the
@@ -96,7 +96,7 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         }
         Ok(crate::cli::slices::build_checked(&current, &model)?.slices)
     };
-    let mut options = RunOptions::new(RESYNC_EVERY);
+    let mut options = RunOptions::new(config.resync_every);
     options.follow = Some(started.inventory.clone());
     let mut stopped = stop_rx.clone();
     let stop = async move {

@@ -1,18 +1,17 @@
-//! The Helm chart under deploy/helm/ainic-dra, rendered without a helm
-//! binary (see `engine`): every object is the Kubernetes type it claims,
+//! The Helm chart under deploy/helm/ainic-dra, rendered by the real helm
+//! (`testbed/build helm`): every object is the Kubernetes type it claims,
 //! the agent's flags are ones `ainic-dra node` accepts, the mounts match the
 //! paths the agent uses, RBAC is least privilege, the DeviceClasses equal
-//! deploy/deviceclasses, and the admission policy keeps each agent to its
-//! own node's ResourceSlices.
+//! deploy/deviceclasses, and the admission policy is bound and names the
+//! agent's service account. What the policy admits is judged by the real
+//! API server in `tests/testbed/admission.rs`.
 
-mod admission;
-mod engine;
 mod objects;
 
 use std::path::{Path, PathBuf};
 
-use engine::{Release, Rendered};
 use serde_json::{Value, json};
+use testkit::testbed::helm::{self, Rendered};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -22,13 +21,29 @@ fn chart_dir() -> PathBuf {
     repo_root().join("deploy/helm/ainic-dra")
 }
 
+/// The release every test renders: name and namespace.
+struct Release {
+    name: &'static str,
+    namespace: &'static str,
+}
+
 const RELEASE: Release = Release {
     name: "ainic-dra",
     namespace: "ainic-system",
 };
 
+/// The newest Kubernetes the chart is rendered for.
+const KUBE_VERSION: &str = "1.37.0";
+
 fn render(overrides: Value) -> Vec<Rendered> {
-    engine::render(&chart_dir(), overrides, &RELEASE).unwrap_or_else(|e| panic!("{e}"))
+    helm::template(
+        &chart_dir(),
+        RELEASE.name,
+        RELEASE.namespace,
+        &overrides,
+        KUBE_VERSION,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn find<'a>(objects: &'a [Rendered], kind: &str) -> Vec<&'a Value> {
@@ -394,4 +409,33 @@ fn standalone_admission_policy_equals_the_chart_one() {
             "{kind}: regenerate the standalone file"
         );
     }
+}
+
+#[test]
+fn the_admission_policy_is_bound_and_follows_the_service_account_name() {
+    let objects = render(json!({}));
+    let policy = find(&objects, "ValidatingAdmissionPolicy")[0];
+    let binding = find(&objects, "ValidatingAdmissionPolicyBinding")[0];
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    let condition = |objects: &[Rendered]| {
+        find(objects, "ValidatingAdmissionPolicy")[0]["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        condition(&objects).contains("\"system:serviceaccount:ainic-system:ainic-dra\""),
+        "{}",
+        condition(&objects)
+    );
+    let renamed = render(json!({"serviceAccount": {"name": "nic-agent"}}));
+    assert!(condition(&renamed).contains("\"system:serviceaccount:ainic-system:nic-agent\""));
+    assert!(
+        find(
+            &render(json!({"admissionPolicy": {"enabled": false}})),
+            "ValidatingAdmissionPolicy"
+        )
+        .is_empty()
+    );
 }

@@ -1,0 +1,134 @@
+//! The chart's ValidatingAdmissionPolicy and RBAC in the real API server:
+//! an agent holding its node-bound token writes its own node's slices and
+//! no other node's; a token bound to no node is refused; other users are
+//! not the policy's business.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use testkit::testbed::{Testbed, Version, client_from, cluster};
+
+use crate::support::{ACCOUNT, DRIVER, NAMESPACE, install_chart};
+
+fn slice(name: &str, node: Option<&str>) -> ResourceSlice {
+    let mut spec = json!({"driver": DRIVER,
+        "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}});
+    match node {
+        Some(node) => spec["nodeName"] = json!(node),
+        None => spec["allNodes"] = json!(true),
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+/// The message of a refused write, or `None` when it was accepted.
+fn refusal<T>(result: Result<T, kube::Error>) -> Option<String> {
+    match result {
+        Ok(_) => None,
+        Err(kube::Error::Api(e)) => Some(format!("{} {}", e.code, e.message)),
+        Err(e) => panic!("request failed outside admission: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn an_agent_writes_only_its_own_nodes_slices() {
+    let bed = Testbed::shared(Version::V1_37);
+    install_chart(bed).await;
+    let admin = bed.client().await;
+    for node in ["adm-a", "adm-b"] {
+        cluster::fake_node(&admin, node, &BTreeMap::new()).await;
+    }
+    let token = cluster::node_bound_token(&admin, NAMESPACE, ACCOUNT, "adm-a").await;
+    let agent = client_from(&bed.write_kubeconfig("adm-a", "adm-a", &token)).await;
+    let slices: Api<ResourceSlice> = Api::all(agent.clone());
+    let admin_slices: Api<ResourceSlice> = Api::all(admin.clone());
+    let pp = PostParams::default();
+
+    assert_eq!(
+        refusal(slices.create(&pp, &slice("adm-a-own", Some("adm-a"))).await),
+        None
+    );
+    let other = refusal(
+        slices
+            .create(&pp, &slice("adm-a-other", Some("adm-b")))
+            .await,
+    )
+    .expect("a slice of another node is refused");
+    assert!(
+        other.contains("may only write ResourceSlices with spec.nodeName adm-a"),
+        "{other}"
+    );
+    assert!(refusal(slices.create(&pp, &slice("adm-a-all", None)).await).is_some());
+
+    // Taking over another node's slice by rewriting its nodeName, or
+    // deleting it, is refused too.
+    admin_slices
+        .create(&pp, &slice("adm-b-own", Some("adm-b")))
+        .await
+        .unwrap();
+    let mut stolen = admin_slices.get("adm-b-own").await.unwrap();
+    stolen.spec.node_name = Some("adm-a".into());
+    // (The API server refuses that before the policy runs: nodeName is
+    // immutable.)
+    let takeover = refusal(slices.replace("adm-b-own", &pp, &stolen).await)
+        .expect("rewriting another node's slice is refused");
+    assert!(takeover.contains("immutable"), "{takeover}");
+    assert!(refusal(slices.delete("adm-b-own", &DeleteParams::default()).await).is_some());
+    let mut own = slices.get("adm-a-own").await.unwrap();
+    own.spec.pool.generation = 2;
+    assert_eq!(refusal(slices.replace("adm-a-own", &pp, &own).await), None);
+    assert_eq!(
+        refusal(slices.delete("adm-a-own", &DeleteParams::default()).await),
+        None
+    );
+
+    // The admin is not matched by the policy.
+    assert_eq!(
+        refusal(admin_slices.create(&pp, &slice("adm-admin", None)).await),
+        None
+    );
+    admin_slices
+        .delete("adm-admin", &DeleteParams::default())
+        .await
+        .unwrap();
+    admin_slices
+        .delete("adm-b-own", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_token_bound_to_no_node_is_refused() {
+    let bed = Testbed::shared(Version::V1_37);
+    install_chart(bed).await;
+    let admin = bed.client().await;
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), NAMESPACE);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request(ACCOUNT, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let agent = client_from(&bed.write_kubeconfig("adm-unbound", "adm-unbound", &token)).await;
+    let slices: Api<ResourceSlice> = Api::all(agent);
+    let refused = refusal(
+        slices
+            .create(&PostParams::default(), &slice("adm-unbound", Some("adm-a")))
+            .await,
+    )
+    .expect("a token without a node is refused");
+    assert!(refused.contains("names no node"), "{refused}");
+}
