@@ -80,7 +80,11 @@ impl Allocator {
         let mut class_map = ClassMap::new();
         for class in classes {
             let name = class.metadata.name.clone().unwrap_or_default();
-            let selectors = class.spec.selectors.as_deref().unwrap_or_default();
+            let selectors = class
+                .spec
+                .as_ref()
+                .and_then(|s| s.selectors.as_deref())
+                .unwrap_or_default();
             let compiled = cache.compile_all(selectors, &format!("class {name}"))?;
             class_map.insert(name, (Arc::new(class.clone()), compiled));
         }

@@ -146,7 +146,7 @@ pub(crate) fn plan_claim(
         claim: label.clone(),
         reason,
     };
-    let devices = claim.spec.devices.as_ref();
+    let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
     let mut requests = Vec::new();
     let mut min_devices = 0usize;
     for request in devices

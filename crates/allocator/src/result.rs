@@ -74,6 +74,7 @@ pub(crate) fn build(
                 driver: cand.slice.driver.clone(),
                 pool: cand.slice.pool.clone(),
                 device,
+                ..DeviceRequestAllocationResult::default()
             }
         })
         .collect();
@@ -95,7 +96,7 @@ fn config(
     let mut out = Vec::new();
     for (r, request) in plan.requests.iter().enumerate() {
         let spec = &request.alternatives()[selected_sub(r)];
-        for config in spec.class.spec.config.iter().flatten() {
+        for config in spec.class.spec.iter().flat_map(|s| s.config.iter().flatten()) {
             out.push(DeviceAllocationConfiguration {
                 opaque: config.opaque.clone(),
                 requests: None,
@@ -105,8 +106,8 @@ fn config(
     }
     for config in claim
         .spec
-        .devices
         .as_ref()
+        .and_then(|s| s.devices.as_ref())
         .and_then(|d| d.config.as_ref())
         .into_iter()
         .flatten()

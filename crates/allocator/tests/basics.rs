@@ -345,14 +345,14 @@ fn cel_runtime_error_skips_the_device_and_is_reported() {
 #[test]
 fn class_and_claim_configuration_is_copied_into_the_result() {
     let mut gpu = class("gpu", "gpu.example.com");
-    gpu.spec.config = Some(vec![
+    gpu.spec.as_mut().unwrap().config = Some(vec![
         serde_json::from_value(
             json!({ "opaque": { "driver": "gpu.example.com", "parameters": { "a": 1 } } }),
         )
         .unwrap(),
     ]);
     let mut c = claim("c", json!([exactly("g", "gpu", 1)]), json!([]));
-    c.spec.devices.as_mut().unwrap().config = Some(vec![serde_json::from_value(json!({ "requests": ["g"], "opaque": { "driver": "gpu.example.com", "parameters": { "b": 2 } } })).unwrap()]);
+    c.spec.as_mut().unwrap().devices.as_mut().unwrap().config = Some(vec![serde_json::from_value(json!({ "requests": ["g"], "opaque": { "driver": "gpu.example.com", "parameters": { "b": 2 } } })).unwrap()]);
     let out = allocate(&[gpus("n1", 1)], &[gpu], &[], "n1", &[c]).unwrap();
     let config = out[0].devices.as_ref().unwrap().config.as_ref().unwrap();
     let sources: Vec<_> = config.iter().map(|c| c.source.as_str()).collect();

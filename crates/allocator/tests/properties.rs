@@ -154,7 +154,7 @@ fn check(
         .collect();
     let mut taken = HashSet::new();
     for (claim, result) in claims.iter().zip(results) {
-        let spec = claim.spec.devices.as_ref().unwrap();
+        let spec = claim.spec.as_ref().unwrap().devices.as_ref().unwrap();
         let picked = result.devices.as_ref().unwrap().results.as_ref().unwrap();
         for request in spec.requests.as_ref().unwrap() {
             let exactly = request.exactly.as_ref().unwrap();

@@ -67,6 +67,7 @@ pub(crate) fn build_device(
                         value: Quantity(n.to_string()),
                     },
                 )]),
+                ..DeviceCounterConsumption::default()
             }]
         }),
         taints: taints.map(|t| vec![t]),

@@ -35,12 +35,12 @@ pub fn device_classes(driver: &str) -> Vec<DeviceClass> {
                 name: Some(name.to_string()),
                 ..ObjectMeta::default()
             },
-            spec: DeviceClassSpec {
+            spec: Some(DeviceClassSpec {
                 selectors: Some(vec![DeviceSelector {
                     cel: Some(CELDeviceSelector { expression }),
                 }]),
                 ..DeviceClassSpec::default()
-            },
+            }),
         })
         .collect()
 }

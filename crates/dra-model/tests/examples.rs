@@ -191,10 +191,11 @@ fn example_claims_parse_and_reference_published_names() {
             let at = format!("{} ({kind})", path.display());
             let claim: DeviceClaim = match kind.as_str() {
                 "ResourceClaim" => {
-                    serde_yaml::from_value::<ResourceClaim>(doc).map(|c| c.spec.devices)
+                    serde_yaml::from_value::<ResourceClaim>(doc)
+                        .map(|c| c.spec.and_then(|s| s.devices))
                 }
                 "ResourceClaimTemplate" => serde_yaml::from_value::<ResourceClaimTemplate>(doc)
-                    .map(|t| t.spec.spec.devices),
+                    .map(|t| t.spec.and_then(|s| s.spec).and_then(|s| s.devices)),
                 "Pod" => {
                     serde_yaml::from_value::<Pod>(doc).unwrap_or_else(|e| panic!("{at}: {e}"));
                     continue;

@@ -302,19 +302,16 @@ fn add_object(value: Value, inputs: &mut Inputs) -> Result<(), String> {
 
 /// The claim a template stamps out, named after the template.
 fn claim_from_template(template: ResourceClaimTemplate) -> ResourceClaim {
+    let spec = template.spec.unwrap_or_default();
     ResourceClaim {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
             name: template.metadata.name,
             namespace: template.metadata.namespace,
-            labels: template
-                .spec
-                .metadata
-                .as_ref()
-                .and_then(|m| m.labels.clone()),
-            annotations: template.spec.metadata.and_then(|m| m.annotations),
+            labels: spec.metadata.as_ref().and_then(|m| m.labels.clone()),
+            annotations: spec.metadata.and_then(|m| m.annotations),
             ..Default::default()
         },
-        spec: template.spec.spec,
+        spec: spec.spec,
         status: None,
     }
 }

@@ -40,7 +40,7 @@ pub fn claim_from_example(yaml: &str, name: &str) -> Result<ResourceClaim> {
             Some("ResourceClaimTemplate") => {
                 serde_json::from_value::<ResourceClaimTemplate>(value)?
                     .spec
-                    .spec
+                    .and_then(|s| s.spec)
             }
             Some("ResourceClaim") => serde_json::from_value::<ResourceClaim>(value)?.spec,
             _ => continue,
@@ -170,7 +170,7 @@ mod tests {
         let claim = claim_from_example(examples::SHARED, "share-0").unwrap();
         assert_eq!(claim.metadata.name.as_deref(), Some("share-0"));
         assert_eq!(claim.metadata.namespace.as_deref(), Some(NAMESPACE));
-        let requests = claim.spec.devices.unwrap().requests.unwrap();
+        let requests = claim.spec.unwrap().devices.unwrap().requests.unwrap();
         assert_eq!(requests[0].name, "nic");
         let plain = claim_from_example(examples::MIN_BANDWIDTH, "fast").unwrap();
         assert!(plain.status.is_none());

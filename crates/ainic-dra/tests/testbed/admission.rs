@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::Api;
@@ -107,21 +107,15 @@ async fn a_token_bound_to_no_node_is_refused() {
     install_chart(bed).await;
     let admin = bed.client().await;
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), NAMESPACE);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            bound_object_ref: None,
-        },
-        ..TokenRequest::default()
-    };
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
     let token = accounts
         .create_token_request(ACCOUNT, &PostParams::default(), &request)
         .await
         .unwrap()
         .status
-        .unwrap()
-        .token;
+        .and_then(|s| s.token)
+        .unwrap();
     let agent = client_from(&bed.write_kubeconfig("adm-unbound", "adm-unbound", &token)).await;
     let slices: Api<ResourceSlice> = Api::all(agent);
     let refused = refusal(

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -108,23 +108,21 @@ pub async fn node_bound_token(
         .create(&PostParams::default(), &pod)
         .await
         .unwrap_or_else(|e| panic!("cannot create pod {namespace}/{pod_name}: {e}"));
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(pod_name.clone()),
-                uid: created.metadata.uid.clone(),
-            }),
+    let request: TokenRequest = serde_json::from_value(json!({
+        "spec": {
+            "expirationSeconds": 3600,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod_name,
+                               "uid": created.metadata.uid},
         },
-        ..TokenRequest::default()
-    };
+    }))
+    .unwrap();
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let answer = accounts
         .create_token_request(account, &PostParams::default(), &request)
         .await
         .unwrap_or_else(|e| panic!("cannot get a token for {namespace}/{account}: {e}"));
-    answer.status.expect("token request status").token
+    answer
+        .status
+        .and_then(|s| s.token)
+        .expect("the token request answered a token")
 }
