@@ -8,5 +8,6 @@
 
 pub mod classic;
 pub mod cli;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod node;

@@ -34,6 +34,7 @@ enum Command {
     /// Allocate ResourceClaims on a node as kube-scheduler would, from objects in files.
     Simulate(cli::simulate::SimulateArgs),
     /// See the whole driver work on this machine: simulated nodes, real agents, no cluster.
+    #[cfg(feature = "demo")]
     Demo(cli::demo::DemoArgs),
 }
 
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         Command::Deviceclasses(args) => cli::deviceclasses::run(args),
         Command::Node(args) => cli::node::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => cli::demo::run(args),
     };
     cli::exit_code(result)

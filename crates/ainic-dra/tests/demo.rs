@@ -20,7 +20,7 @@ fn demo(args: &[&str]) -> Output {
 
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect()

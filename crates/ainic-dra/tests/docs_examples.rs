@@ -100,7 +100,7 @@ fn doc_blocks() -> Vec<Block> {
 }
 
 fn documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect()
@@ -279,7 +279,7 @@ fn is_kubernetes(text: &str) -> bool {
 /// A block that is not a Kubernetes object (docs/classic.md has two): a
 /// container's `resources`, or a classic device plugin config file.
 fn exercise_fragment(block: &Block) {
-    let value: Value = serde_yaml::from_str(&block.text).unwrap();
+    let value: Value = serde_yaml_ng::from_str(&block.text).unwrap();
     if value["resources"].get("limits").is_some() {
         let resources: k8s_openapi::api::core::v1::ResourceRequirements =
             serde_json::from_value(value["resources"].clone())
@@ -304,7 +304,7 @@ fn exercise_fragment(block: &Block) {
 }
 
 fn exercise_helm_values(block: &Block) {
-    let values: Value = serde_yaml::from_str(&block.text).unwrap();
+    let values: Value = serde_yaml_ng::from_str(&block.text).unwrap();
     let rendered = testkit::testbed::helm::template(
         &repo("deploy/helm/ainic-dra"),
         "ainic-dra",
@@ -341,7 +341,7 @@ fn exercise_simulate_output(block: &Block, node: &Node) {
     let example = block
         .tag_value("example")
         .expect("simulate-output needs example=FILE");
-    let shown: Value = serde_yaml::from_str(&block.text).unwrap();
+    let shown: Value = serde_yaml_ng::from_str(&block.text).unwrap();
     let mut shown = shown.as_array().unwrap().clone();
     for r in &mut shown {
         r.as_object_mut().unwrap().remove("shareID");

@@ -105,7 +105,7 @@ fn stderr(out: &Output) -> String {
 
 fn claims_from_yaml(out: &Output) -> Vec<ResourceClaim> {
     let text = String::from_utf8(out.stdout.clone()).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .collect()
 }

@@ -191,8 +191,8 @@ fn picks(claim: &ResourceClaim) -> BTreeMap<String, String> {
 /// The spec of an example's ResourceClaimTemplate, as claims named `names`.
 fn claims_from_example(node: &Node, example: &str, names: &[&str]) -> Vec<PathBuf> {
     let text = std::fs::read_to_string(repo(&format!("examples/{example}"))).unwrap();
-    let template = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| <serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
+    let template = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| <serde_yaml_ng::Value as serde::Deserialize>::deserialize(d).unwrap())
         .find(|v| v["kind"] == "ResourceClaimTemplate")
         .expect("example has a ResourceClaimTemplate");
     let spec = serde_json::to_value(&template["spec"]["spec"]).unwrap();

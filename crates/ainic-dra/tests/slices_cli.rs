@@ -80,7 +80,7 @@ fn yaml_output_is_one_document_per_slice() {
     ]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<ResourceSlice> = serde_yaml::Deserializer::from_str(&text)
+    let docs: Vec<ResourceSlice> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| ResourceSlice::deserialize(d).unwrap())
         .collect();
     assert_eq!(docs.len(), 1);
@@ -159,7 +159,7 @@ fn deviceclasses_prints_the_three_classes() {
     let out = ainic(&["deviceclasses"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let names: Vec<String> = serde_yaml::Deserializer::from_str(&text)
+    let names: Vec<String> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| DeviceClass::deserialize(d).unwrap().metadata.name.unwrap())
         .collect();
     assert_eq!(names, ["ainic-pf", "ainic-vf", "ainic-shared"]);

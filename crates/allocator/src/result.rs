@@ -96,7 +96,12 @@ fn config(
     let mut out = Vec::new();
     for (r, request) in plan.requests.iter().enumerate() {
         let spec = &request.alternatives()[selected_sub(r)];
-        for config in spec.class.spec.iter().flat_map(|s| s.config.iter().flatten()) {
+        for config in spec
+            .class
+            .spec
+            .iter()
+            .flat_map(|s| s.config.iter().flatten())
+        {
             out.push(DeviceAllocationConfiguration {
                 opaque: config.opaque.clone(),
                 requests: None,

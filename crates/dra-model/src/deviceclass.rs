@@ -47,14 +47,14 @@ pub fn device_classes(driver: &str) -> Vec<DeviceClass> {
 
 /// The classes as one multi-document YAML stream (what `ainic-dra
 /// deviceclasses` prints and `deploy/deviceclasses/` holds).
-pub fn device_classes_yaml(driver: &str) -> Result<String, serde_yaml::Error> {
+pub fn device_classes_yaml(driver: &str) -> Result<String, serde_yaml_ng::Error> {
     let docs: Result<Vec<String>, _> = device_classes(driver).iter().map(class_yaml).collect();
     Ok(docs?.join("---\n"))
 }
 
 /// One class as YAML with `apiVersion` and `kind`.
-pub fn class_yaml(class: &DeviceClass) -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(class)
+pub fn class_yaml(class: &DeviceClass) -> Result<String, serde_yaml_ng::Error> {
+    serde_yaml_ng::to_string(class)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod capacity;
+pub mod cdi;
 pub mod classic;
 pub mod config;
 mod device;

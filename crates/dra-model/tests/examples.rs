@@ -33,11 +33,12 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-fn documents(path: &Path) -> Vec<serde_yaml::Value> {
+fn documents(path: &Path) -> Vec<serde_yaml_ng::Value> {
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
+    serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| {
-            serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            serde_yaml_ng::Value::deserialize(d)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         })
         .collect()
 }
@@ -146,7 +147,7 @@ fn unpublished(names: Vec<String>, published: &BTreeSet<String>) -> Vec<String> 
 
 #[test]
 fn a_misspelt_attribute_is_caught() {
-    let claim: DeviceClaim = serde_yaml::from_str(
+    let claim: DeviceClaim = serde_yaml_ng::from_str(
         r#"
 requests:
 - name: nic
@@ -190,14 +191,12 @@ fn example_claims_parse_and_reference_published_names() {
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
             let at = format!("{} ({kind})", path.display());
             let claim: DeviceClaim = match kind.as_str() {
-                "ResourceClaim" => {
-                    serde_yaml::from_value::<ResourceClaim>(doc)
-                        .map(|c| c.spec.and_then(|s| s.devices))
-                }
-                "ResourceClaimTemplate" => serde_yaml::from_value::<ResourceClaimTemplate>(doc)
+                "ResourceClaim" => serde_yaml_ng::from_value::<ResourceClaim>(doc)
+                    .map(|c| c.spec.and_then(|s| s.devices)),
+                "ResourceClaimTemplate" => serde_yaml_ng::from_value::<ResourceClaimTemplate>(doc)
                     .map(|t| t.spec.and_then(|s| s.spec).and_then(|s| s.devices)),
                 "Pod" => {
-                    serde_yaml::from_value::<Pod>(doc).unwrap_or_else(|e| panic!("{at}: {e}"));
+                    serde_yaml_ng::from_value::<Pod>(doc).unwrap_or_else(|e| panic!("{at}: {e}"));
                     continue;
                 }
                 other => panic!("{at}: unexpected kind {other:?}"),
@@ -232,7 +231,7 @@ fn shipped_device_classes_match_the_generated_ones() {
         let text =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let shipped: DeviceClass =
-            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(
             shipped,
             class,

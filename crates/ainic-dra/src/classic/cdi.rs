@@ -8,13 +8,12 @@
 //! changes, and removed on shutdown. Its name does not start with the DRA
 //! path's per-claim prefix, so the DRA path's clean-up never touches it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use container_device_interface as cdi;
+use dra_model::cdi;
 use dra_model::classic::{
     CDI_KIND, CDI_RDMA_CM_DEVICE, CharDeviceOptions, cdi_device_name, function_char_devices,
 };
-use serde_json::{Value, json};
 use topology::CharDevice;
 
 use super::snapshot::Snapshot;
@@ -30,55 +29,51 @@ pub fn build(
 ) -> anyhow::Result<String> {
     let mut devices = Vec::new();
     if let Some(cm) = &snapshot.inventory.rdma_cm {
-        devices.push(json!({
-            "name": CDI_RDMA_CM_DEVICE,
-            "containerEdits": { "deviceNodes": [device_node(cm, dev_root)] },
-        }));
+        devices.push(device(
+            CDI_RDMA_CM_DEVICE.into(),
+            vec![device_node(cm, dev_root)],
+        ));
     }
     for resource in &snapshot.assignment.resources {
         for d in &resource.devices {
             let Some(nic) = snapshot.inventory.nic(d.address) else {
                 continue;
             };
-            let nodes: Vec<Value> = function_char_devices(nic, options)
+            let nodes: Vec<cdi::DeviceNode> = function_char_devices(nic, options)
                 .iter()
                 .map(|c| device_node(c, dev_root))
                 .collect();
             if nodes.is_empty() {
                 continue;
             }
-            devices.push(json!({
-                "name": cdi_device_name(nic),
-                "containerEdits": { "deviceNodes": nodes },
-            }));
+            devices.push(device(cdi_device_name(nic), nodes));
         }
     }
-    let mut spec = json!({ "cdiVersion": "0.3.0", "kind": CDI_KIND, "devices": devices });
-    let probe: cdi::specs::config::Spec = serde_json::from_value(spec.clone())?;
-    let version = cdi::version::minimum_required_version(&probe)
-        .map_err(|e| anyhow::anyhow!("cannot version classic CDI spec: {e:#}"))?;
-    spec["cdiVersion"] = Value::String(version.to_string());
-    let raw: cdi::specs::config::Spec = serde_json::from_value(spec)?;
-    cdi::spec::new_spec(&raw, &PathBuf::from(FILE_NAME), 0)
-        .map_err(|e| anyhow::anyhow!("generated classic CDI spec is invalid: {e:#}"))?;
-    Ok(serde_json::to_string_pretty(&raw)?)
+    let spec = cdi::Spec {
+        kind: CDI_KIND.to_string(),
+        devices,
+        ..cdi::Spec::default()
+    };
+    spec.finish()
+        .map_err(|e| anyhow::anyhow!("generated classic CDI spec is invalid: {e}"))
+}
+
+fn device(name: String, nodes: Vec<cdi::DeviceNode>) -> cdi::Device {
+    cdi::Device {
+        name,
+        container_edits: cdi::ContainerEdits {
+            device_nodes: nodes,
+            ..cdi::ContainerEdits::default()
+        },
+        ..cdi::Device::default()
+    }
 }
 
 /// A char device: with its numbers, and a host path when it exists under
 /// `dev_root` (a runtime fails on a host path that does not exist).
-fn device_node(c: &CharDevice, dev_root: &Path) -> Value {
-    let mut node = json!({
-        "path": c.path,
-        "type": "c",
-        "major": c.major,
-        "minor": c.minor,
-        "permissions": "rw",
-    });
+fn device_node(c: &CharDevice, dev_root: &Path) -> cdi::DeviceNode {
     let host = dev_root.join(c.path.strip_prefix("/dev/").unwrap_or(&c.path));
-    if host.exists() {
-        node["hostPath"] = json!(c.path);
-    }
-    node
+    cdi::DeviceNode::char_device(c, host.exists().then(|| c.path.clone()))
 }
 
 /// Writes `content` to `<dir>/<FILE_NAME>` through a temp file and a rename.

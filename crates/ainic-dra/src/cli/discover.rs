@@ -40,7 +40,7 @@ pub fn run(args: DiscoverArgs) -> Result<()> {
         .with_context(|| format!("failed to discover devices under {}", root.path().display()))?;
     let text = match args.output {
         DiscoverFormat::Json => serde_json::to_string_pretty(&inventory)? + "\n",
-        DiscoverFormat::Yaml => serde_yaml::to_string(&inventory)?,
+        DiscoverFormat::Yaml => serde_yaml_ng::to_string(&inventory)?,
         DiscoverFormat::Table => table(&inventory),
     };
     print!("{text}");

@@ -1,6 +1,7 @@
 //! Subcommands of `ainic-dra`, one file each, and the small pieces they share:
 //! logging set-up, exit codes, and where a sysfs tree comes from.
 
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod deviceclasses;
 pub mod discover;
@@ -12,7 +13,9 @@ pub mod topo;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+#[cfg(feature = "demo")]
+use anyhow::Context;
+use anyhow::Result;
 use clap::Args;
 use tracing_subscriber::EnvFilter;
 
@@ -76,6 +79,7 @@ pub struct SysfsSource {
     /// Read a topology description instead: the name of a bundled topology
     /// (e.g. `mi300x-8gpu-8nic`) or a path to a topology YAML file. It is
     /// laid out as a sysfs tree in a temporary directory.
+    #[cfg(feature = "demo")]
     #[arg(long, value_name = "NAME|FILE")]
     pub topology: Option<String>,
 }
@@ -103,6 +107,17 @@ impl SysfsSource {
                 _temp: None,
             });
         }
+        self.render_topology()
+    }
+
+    #[cfg(not(feature = "demo"))]
+    fn render_topology(&self) -> Result<SysfsRoot> {
+        anyhow::bail!("--sysfs-root is required")
+    }
+
+    /// Lays out `--topology` as a sysfs tree in a temporary directory.
+    #[cfg(feature = "demo")]
+    fn render_topology(&self) -> Result<SysfsRoot> {
         let spec = self.topology.as_deref().unwrap_or_default();
         let yaml = load_topology_yaml(spec)?;
         let topology = testkit::fixture::Topology::from_yaml(&yaml)
@@ -122,6 +137,7 @@ impl SysfsSource {
 }
 
 /// The YAML of a bundled topology by name, or of a file.
+#[cfg(feature = "demo")]
 fn load_topology_yaml(spec: &str) -> Result<String> {
     if let Some(yaml) = testkit::fixture::bundled_by_name(spec) {
         return Ok(yaml.to_string());

@@ -115,6 +115,7 @@ impl NodeArgs {
 
 /// Builds a `kube::Client` from `--kubeconfig` or the environment.
 pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
+    install_crypto_provider();
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
@@ -128,6 +129,15 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
             .context("no kubeconfig given and no in-cluster or default kubeconfig found")?,
     };
     kube::Client::try_from(config).context("failed to build the Kubernetes client")
+}
+
+/// Makes ring the process's TLS crypto provider. rustls panics when it must
+/// choose between several compiled-in providers itself (test builds link
+/// aws-lc too, through a test-only dependency); the shipped agent has ring
+/// alone and says so here. A second call (or a provider chosen earlier) is
+/// fine.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Runs the agent until SIGTERM/SIGINT.

@@ -143,7 +143,7 @@ fn render(claims: &[ResourceClaim], format: Format) -> Result<String> {
         Format::Yaml => {
             let docs = claims
                 .iter()
-                .map(serde_yaml::to_string)
+                .map(serde_yaml_ng::to_string)
                 .collect::<Result<Vec<_>, _>>()?;
             docs.join("---\n")
         }
@@ -210,8 +210,8 @@ fn documents(text: &str) -> Result<Vec<Value>, String> {
         vec![serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?]
     } else {
         let mut docs = Vec::new();
-        for doc in serde_yaml::Deserializer::from_str(text) {
-            let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)
+        for doc in serde_yaml_ng::Deserializer::from_str(text) {
+            let value = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc)
                 .map_err(|e| format!("invalid YAML: {e}"))?;
             docs.push(serde_json::to_value(value).map_err(|e| format!("invalid YAML: {e}"))?);
         }

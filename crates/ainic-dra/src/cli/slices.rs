@@ -219,7 +219,7 @@ fn render(set: &SliceSet, format: SlicesFormat) -> Result<String> {
         SlicesFormat::Json => serde_json::to_string_pretty(&set.slices)? + "\n",
         SlicesFormat::Yaml => {
             let docs: Result<Vec<String>, _> =
-                set.slices.iter().map(serde_yaml::to_string).collect();
+                set.slices.iter().map(serde_yaml_ng::to_string).collect();
             docs?.join("---\n")
         }
     })

@@ -208,14 +208,14 @@ fn export(world: &World) -> Result<()> {
         "slices.yaml",
         slices
             .iter()
-            .map(serde_yaml::to_string)
+            .map(serde_yaml_ng::to_string)
             .collect::<Result<_, _>>()?,
     )?;
     write(
         "claims.yaml",
         claims
             .iter()
-            .map(serde_yaml::to_string)
+            .map(serde_yaml_ng::to_string)
             .collect::<Result<_, _>>()?,
     )?;
     Ok(())

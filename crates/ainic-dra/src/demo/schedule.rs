@@ -34,7 +34,7 @@ pub mod examples {
 
 /// A claim named `name` from the first ResourceClaim(Template) of `yaml`.
 pub fn claim_from_example(yaml: &str, name: &str) -> Result<ResourceClaim> {
-    for doc in serde_yaml::Deserializer::from_str(yaml) {
+    for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
         let value = Value::deserialize(doc)?;
         let spec = match value["kind"].as_str() {
             Some("ResourceClaimTemplate") => {

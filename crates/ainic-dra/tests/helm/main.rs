@@ -322,7 +322,7 @@ fn chart_device_classes_equal_the_shipped_ones() {
     let mut shipped = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        let class: Value = serde_yaml::from_str(&text).unwrap();
+        let class: Value = serde_yaml_ng::from_str(&text).unwrap();
         shipped.push((
             class["metadata"]["name"].as_str().unwrap().to_string(),
             class["spec"].clone(),
@@ -389,7 +389,7 @@ fn standalone_admission_policy_equals_the_chart_one() {
     let objects = render(json!({}));
     let text = std::fs::read_to_string(repo_root().join("deploy/validating-admission-policy.yaml"))
         .unwrap();
-    let standalone: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+    let standalone: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect();

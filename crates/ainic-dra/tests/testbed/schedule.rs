@@ -40,7 +40,7 @@ fn example(file: &str) -> Vec<Value> {
     let path = testkit::testbed::repo_root().join("examples").join(file);
     let text = std::fs::read_to_string(&path).unwrap();
     text.split("\n---")
-        .filter_map(|doc| serde_yaml::from_str::<Value>(doc).ok())
+        .filter_map(|doc| serde_yaml_ng::from_str::<Value>(doc).ok())
         .filter(|v| !v.is_null())
         .collect()
 }

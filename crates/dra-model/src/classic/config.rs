@@ -43,9 +43,9 @@ pub enum ConfigError {
     Parse {
         /// The config file.
         file: PathBuf,
-        /// What serde_yaml said, with line and column.
+        /// What the YAML parser said, with line and column.
         #[source]
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
     },
     /// A field parsed but holds a value the plugin cannot use.
     #[error("invalid device plugin config {file}: field {field}: {reason}")]
@@ -213,7 +213,7 @@ impl ClassicConfig {
         let raw: RawConfig = if text.trim().is_empty() {
             RawConfig::default()
         } else {
-            serde_yaml::from_str(text).map_err(|source| ConfigError::Parse {
+            serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
                 file: file.to_path_buf(),
                 source,
             })?

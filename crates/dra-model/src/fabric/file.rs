@@ -63,7 +63,7 @@ impl FabricFile {
         let file: FabricFile = if text.trim().is_empty() {
             FabricFile::default()
         } else {
-            serde_yaml::from_str(text).map_err(|e| FabricError::Syntax {
+            serde_yaml_ng::from_str(text).map_err(|e| FabricError::Syntax {
                 origin: origin.to_string(),
                 message: e.to_string(),
             })?

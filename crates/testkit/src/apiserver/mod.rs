@@ -115,6 +115,7 @@ impl ApiServer {
 
     /// A `kube::Client` for this server (call inside a tokio runtime).
     pub fn client(&self) -> kube::Client {
+        crate::testbed::choose_crypto_provider();
         kube::Client::try_from(self.config()).expect("kube client for the API stand-in")
     }
 

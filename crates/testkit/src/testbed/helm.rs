@@ -99,7 +99,7 @@ fn split(text: &str) -> Result<Vec<Rendered>, String> {
             .and_then(|s| s.rsplit('/').next())
             .unwrap_or("?")
             .to_string();
-        let object: Value = serde_yaml::from_str(doc)
+        let object: Value = serde_yaml_ng::from_str(doc)
             .map_err(|e| format!("helm printed a document that is not YAML ({file}): {e}"))?;
         if !object.is_null() {
             out.push(Rendered { file, object });

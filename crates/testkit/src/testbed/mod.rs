@@ -223,8 +223,15 @@ impl Drop for Testbed {
     }
 }
 
+/// Makes ring the TLS provider of the test process: test builds link
+/// several, and rustls will not pick one itself when a client is built.
+pub fn choose_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A client from a kubeconfig file.
 pub async fn client_from(kubeconfig: &Path) -> kube::Client {
+    choose_crypto_provider();
     let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
     let config =
         kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())

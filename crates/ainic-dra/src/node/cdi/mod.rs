@@ -11,19 +11,18 @@
 //!   claim's RDMA devices), `AINIC_RDMA_DEVICES`, `AINIC_NETDEVS`,
 //!   `AINIC_PCI_ADDRESSES`, `AINIC_DEVICES` (comma-separated, allocation order).
 //!
-//! The spec is built as JSON, parsed into the `container-device-interface`
-//! types, given the lowest `cdiVersion` its fields need (runtimes such as
-//! podman 4.3 accept only up to 0.5.0) and validated before it is written.
+//! The spec is built with the types of [`dra_model::cdi`], given the lowest
+//! `cdiVersion` its fields need (runtimes such as podman 4.3 accept only up
+//! to 0.5.0) and checked as a runtime would before it is written.
 
 pub mod dir;
 
 pub use dir::CdiDir;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use container_device_interface as cdi;
-use serde_json::{Value, json};
+use dra_model::cdi;
 use topology::{CharDevice, NicFunction};
 
 /// CDI kind of every device this driver writes.
@@ -77,12 +76,12 @@ pub enum CdiError {
         /// PCI address.
         address: String,
     },
-    /// The CDI library rejected the spec.
+    /// The spec would be refused by a runtime.
     #[error("generated CDI spec for claim {claim_uid} is invalid: {reason}")]
     Invalid {
         /// The claim.
         claim_uid: String,
-        /// The library's explanation, all causes.
+        /// What is wrong with it.
         reason: String,
     },
 }
@@ -114,55 +113,35 @@ pub fn build(
 ) -> Result<ClaimSpec, CdiError> {
     let mut cdi_devices = Vec::with_capacity(devices.len());
     for d in devices {
-        cdi_devices.push(json!({
-            "name": device_name(claim_uid, d),
-            "containerEdits": device_edits(d, dev_root)?,
-        }));
+        cdi_devices.push(cdi::Device {
+            name: device_name(claim_uid, d),
+            container_edits: device_edits(d, dev_root)?,
+            ..cdi::Device::default()
+        });
     }
-    let mut spec = json!({
-        "cdiVersion": "0.3.0",
-        "kind": KIND,
-        "devices": cdi_devices,
-        "containerEdits": claim_edits(devices, rdma_cm, dev_root),
-    });
-    let file_name = file_name(claim_uid);
-    let raw = validated(&mut spec, claim_uid, &file_name)?;
-    let content = serde_json::to_string_pretty(&raw).expect("CDI spec serialises");
-    let device_ids = devices
+    let spec = cdi::Spec {
+        kind: KIND.to_string(),
+        devices: cdi_devices,
+        container_edits: Some(claim_edits(devices, rdma_cm, dev_root)),
+        ..cdi::Spec::default()
+    };
+    let device_ids = spec
+        .devices
         .iter()
-        .map(|d| format!("{KIND}={}", device_name(claim_uid, d)))
+        .map(|d| spec.qualified(&d.name))
         .collect();
+    let content = spec.finish().map_err(|e| CdiError::Invalid {
+        claim_uid: claim_uid.to_string(),
+        reason: e.to_string(),
+    })?;
     Ok(ClaimSpec {
-        file_name,
+        file_name: file_name(claim_uid),
         content,
         device_ids,
     })
 }
 
-/// Sets the lowest `cdiVersion` the spec needs and runs the library's
-/// validation (schema, names, version rules) on it.
-fn validated(
-    spec: &mut Value,
-    claim_uid: &str,
-    file_name: &str,
-) -> Result<cdi::specs::config::Spec, CdiError> {
-    let invalid = |e: &dyn std::fmt::Display| CdiError::Invalid {
-        claim_uid: claim_uid.to_string(),
-        reason: e.to_string(),
-    };
-    let probe: cdi::specs::config::Spec =
-        serde_json::from_value(spec.clone()).map_err(|e| invalid(&e))?;
-    let version =
-        cdi::version::minimum_required_version(&probe).map_err(|e| invalid(&format!("{e:#}")))?;
-    spec["cdiVersion"] = Value::String(version.to_string());
-    let raw: cdi::specs::config::Spec =
-        serde_json::from_value(spec.clone()).map_err(|e| invalid(&e))?;
-    cdi::spec::new_spec(&raw, &PathBuf::from(file_name), 0)
-        .map_err(|e| invalid(&format!("{e:#}")))?;
-    Ok(raw)
-}
-
-fn device_edits(d: &AttachedDevice, dev_root: &Path) -> Result<Value, CdiError> {
+fn device_edits(d: &AttachedDevice, dev_root: &Path) -> Result<cdi::ContainerEdits, CdiError> {
     let rdma = d.nic.rdma.iter().find(|r| r.uverbs.is_some());
     let Some(rdma) = rdma else {
         return Err(CdiError::NoVerbs {
@@ -180,21 +159,28 @@ fn device_edits(d: &AttachedDevice, dev_root: &Path) -> Result<Value, CdiError> 
     if d.issm {
         nodes.extend(rdma.issm.iter().map(|c| device_node(c, dev_root)));
     }
-    let mut edits = json!({ "deviceNodes": nodes });
+    let mut env = Vec::new();
     if let Some(share) = &d.share {
-        let mut env = vec![format!("AINIC_SHARE_ID={}", share.id)];
+        env.push(format!("AINIC_SHARE_ID={}", share.id));
         env.extend(
             share
                 .consumed
                 .iter()
                 .map(|(name, value)| format!("AINIC_CONSUMED_{}={value}", env_suffix(name))),
         );
-        edits["env"] = json!(env);
     }
-    Ok(edits)
+    Ok(cdi::ContainerEdits {
+        env,
+        device_nodes: nodes,
+        ..cdi::ContainerEdits::default()
+    })
 }
 
-fn claim_edits(devices: &[AttachedDevice], rdma_cm: Option<&CharDevice>, dev_root: &Path) -> Value {
+fn claim_edits(
+    devices: &[AttachedDevice],
+    rdma_cm: Option<&CharDevice>,
+    dev_root: &Path,
+) -> cdi::ContainerEdits {
     let rdma: Vec<&str> = devices
         .iter()
         .filter_map(|d| d.nic.rdma.first().map(|r| r.name.as_str()))
@@ -205,38 +191,30 @@ fn claim_edits(devices: &[AttachedDevice], rdma_cm: Option<&CharDevice>, dev_roo
         .collect();
     let addresses: Vec<String> = devices.iter().map(|d| d.nic.address.to_string()).collect();
     let names: Vec<&str> = devices.iter().map(|d| d.device.as_str()).collect();
-    let mut edits = json!({
-        "env": [
+    cdi::ContainerEdits {
+        env: vec![
             format!("NCCL_IB_HCA=={}", rdma.join(",")),
             format!("AINIC_RDMA_DEVICES={}", rdma.join(",")),
             format!("AINIC_NETDEVS={}", netdevs.join(",")),
             format!("AINIC_PCI_ADDRESSES={}", addresses.join(",")),
             format!("AINIC_DEVICES={}", names.join(",")),
         ],
-    });
-    if let Some(cm) = rdma_cm {
-        edits["deviceNodes"] = json!([device_node(cm, dev_root)]);
+        device_nodes: rdma_cm
+            .map(|cm| device_node(cm, dev_root))
+            .into_iter()
+            .collect(),
+        ..cdi::ContainerEdits::default()
     }
-    edits
 }
 
 /// A char device for the container: always with its numbers; with a host
 /// path only when the node exists under `dev_root`, since a runtime fails
 /// on a host path that does not exist.
-fn device_node(c: &CharDevice, dev_root: &Path) -> Value {
-    let mut node = json!({
-        "path": c.path,
-        "type": "c",
-        "major": c.major,
-        "minor": c.minor,
-        "permissions": "rw",
-    });
+fn device_node(c: &CharDevice, dev_root: &Path) -> cdi::DeviceNode {
     let relative = c.path.strip_prefix("/dev/").unwrap_or(&c.path);
     let host = dev_root.join(relative);
-    if host.exists() {
-        node["hostPath"] = json!(host.display().to_string());
-    }
-    node
+    let host_path = host.exists().then(|| host.display().to_string());
+    cdi::DeviceNode::char_device(c, host_path)
 }
 
 /// `queuePairs` -> `QUEUEPAIRS`; anything not alphanumeric becomes `_`.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::node::fixtures;
+use serde_json::Value;
 
 fn attached(i: u8, bus: u8) -> AttachedDevice {
     AttachedDevice {
