@@ -199,18 +199,37 @@ fn gates_change_the_outcome() {
     );
     inputs.write("cluster/slices.yaml", &tainted);
     let claim = inputs.write("claim.yaml", &pair_claim("pair", "true"));
-    let out = simulate(&["--node", "n1"], &[&inputs.cluster(), &claim]);
+    let old = ["--node", "n1", "--kubernetes-version", "1.34"];
+    let out = simulate(&old, &[&inputs.cluster(), &claim]);
     assert_eq!(
         out.status.code(),
         Some(0),
-        "taints are ignored by default: {}",
+        "taints are ignored by default in 1.34: {}",
         stderr(&out)
     );
-    let out = simulate(
-        &["--node", "n1", "--feature-gates", "DRADeviceTaints=true"],
-        &[&inputs.cluster(), &claim],
-    );
+    let gated = [&old[..], &["--feature-gates", "DRADeviceTaints=true"]].concat();
+    let out = simulate(&gated, &[&inputs.cluster(), &claim]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    // 1.37 (the default) honours taints without a flag, and a flag turns them off.
+    let out = simulate(&["--node", "n1"], &[&inputs.cluster(), &claim]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let off = ["--node", "n1", "--feature-gates", "DRADeviceTaints=false"];
+    let out = simulate(&off, &[&inputs.cluster(), &claim]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn kubernetes_version_is_checked_and_nothing_pending_allocates_nothing() {
+    let inputs = Inputs::new();
+    let out = simulate(
+        &["--node", "n1", "--kubernetes-version", "1.33"],
+        &[&inputs.cluster()],
+    );
+    assert_invalid(&out, "unsupported Kubernetes version \"1.33\"");
+    // As upstream: no claim to allocate is no work, and success.
+    let out = simulate(&["--node", "n1", "-o", "json"], &[&inputs.cluster()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "[]");
 }
 
 fn assert_invalid(out: &Output, needle: &str) {
@@ -266,10 +285,6 @@ fn exit_2_for_every_kind_of_invalid_input() {
         "cannot read",
     );
     assert_invalid(
-        &simulate(&["--node", "n1"], &[&inputs.cluster()]),
-        "nothing to allocate",
-    );
-    assert_invalid(
         &simulate(
             &["--node", "n1", "--feature-gates", "DRANope=true"],
             &[&good],
@@ -289,8 +304,9 @@ fn exit_2_for_every_kind_of_invalid_input() {
         "exactly: {deviceClassName: nic, capacity: {requests: {bw: 1G}}}",
     );
     let capacity = inputs.write("cap.yaml", &capacity);
+    let old = ["--node", "n1", "--kubernetes-version", "1.34"];
     assert_invalid(
-        &simulate(&["--node", "n1"], &[&inputs.cluster(), &capacity]),
+        &simulate(&old, &[&inputs.cluster(), &capacity]),
         "DRAConsumableCapacity",
     );
 }

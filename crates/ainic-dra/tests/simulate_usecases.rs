@@ -338,8 +338,8 @@ fn one_nic_is_shared_by_several_claims_by_bandwidth() {
         );
     }
     assert_eq!(results[4].device, "pf-0000-24-00-0");
-    // Without the gate the request is rejected as invalid input.
-    let plain = Node::new("mi300x-8gpu-8nic", "", &[]);
+    // With the gate off the request is rejected as invalid input.
+    let plain = Node::new("mi300x-8gpu-8nic", "DRAConsumableCapacity=false", &[]);
     assert_eq!(plain.simulate(&[&claims[0]]).status.code(), Some(2));
 }
 

@@ -1,13 +1,22 @@
-//! The Kubernetes feature gates that change what the allocator does, with
-//! their Kubernetes 1.34 defaults.
+//! The Kubernetes feature gates that change what the allocator does, and
+//! the release whose rules apply ([`crate::Release`]). Defaults are those
+//! of Kubernetes 1.34; [`Features::for_release`] gives another release's.
 
-/// Feature gates of the DRA allocator (upstream names in the field docs).
+use crate::release::Release;
+
+/// Feature gates of the DRA allocator (upstream names in the field docs),
+/// with the release whose allocation rules apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Features {
+    /// The release whose rules apply (ordering, counters, taint effects).
+    pub release: Release,
     /// `DRAAdminAccess` (beta, on by default in 1.34).
     pub admin_access: bool,
     /// `DRAPrioritizedList` (beta, on by default in 1.34): `firstAvailable`.
     pub prioritized_list: bool,
+    /// `DRAResourceClaimDeviceStatus` (beta, on by default in 1.34): from
+    /// 1.35 binding conditions need it too.
+    pub device_status: bool,
     /// `DRAPartitionableDevices` (alpha, off): shared counters.
     pub partitionable_devices: bool,
     /// `DRADeviceTaints` (alpha, off): device taints and tolerations.
@@ -16,30 +25,28 @@ pub struct Features {
     pub consumable_capacity: bool,
     /// `DRADeviceBindingConditions` (alpha, off): devices with binding conditions.
     pub device_binding_conditions: bool,
+    /// `DRAListTypeAttributes` (alpha from 1.36, off): list-typed attribute
+    /// values and CEL `includes()`.
+    pub list_type_attributes: bool,
 }
 
 impl Default for Features {
     fn default() -> Self {
-        Features {
-            admin_access: true,
-            prioritized_list: true,
-            partitionable_devices: false,
-            device_taints: false,
-            consumable_capacity: false,
-            device_binding_conditions: false,
-        }
+        Features::for_release(Release::V1_34)
     }
 }
 
 impl Features {
     /// Every gate the allocator knows, by its upstream name.
-    pub const GATE_NAMES: [&'static str; 6] = [
+    pub const GATE_NAMES: [&'static str; 8] = [
         "DRAAdminAccess",
         "DRAPrioritizedList",
+        "DRAResourceClaimDeviceStatus",
         "DRAPartitionableDevices",
         "DRADeviceTaints",
         "DRAConsumableCapacity",
         "DRADeviceBindingConditions",
+        "DRAListTypeAttributes",
     ];
 
     /// Sets the gate `name` (upstream spelling); false when the allocator
@@ -48,14 +55,24 @@ impl Features {
         let slot = match name {
             "DRAAdminAccess" => &mut self.admin_access,
             "DRAPrioritizedList" => &mut self.prioritized_list,
+            "DRAResourceClaimDeviceStatus" => &mut self.device_status,
             "DRAPartitionableDevices" => &mut self.partitionable_devices,
             "DRADeviceTaints" => &mut self.device_taints,
             "DRAConsumableCapacity" => &mut self.consumable_capacity,
             "DRADeviceBindingConditions" => &mut self.device_binding_conditions,
+            "DRAListTypeAttributes" => &mut self.list_type_attributes,
             _ => return false,
         };
         *slot = enabled;
         true
+    }
+
+    /// Whether devices with binding conditions are handled as such: the
+    /// gate, and from 1.35 device status too (upstream's
+    /// `DeviceBindingAndStatus`).
+    pub fn binding_conditions(&self) -> bool {
+        self.device_binding_conditions
+            && (self.device_status || !self.release.binding_needs_device_status())
     }
 }
 

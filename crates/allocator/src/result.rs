@@ -54,8 +54,7 @@ pub(crate) fn build(
             let cand = ctx.candidates[p.candidate];
             let request = spec.full_name();
             let device = cand.device().name.clone();
-            let binding =
-                ctx.features.device_binding_conditions && cand.device().has_binding_conditions;
+            let binding = ctx.features.binding_conditions() && cand.device().has_binding_conditions;
             DeviceRequestAllocationResult {
                 share_id: p
                     .consumed

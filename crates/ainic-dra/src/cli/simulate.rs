@@ -6,14 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-use allocator::{AllocateError, Allocator, Features, NodeFacts};
+use allocator::{Answer, Features, Release, Scenario};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use dra_model::{FeatureGate, FeatureGates};
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceClaimTemplate, ResourceSlice,
-};
+use dra_model::FeatureGate;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::Value;
 
 use super::Exit;
@@ -24,19 +21,30 @@ use super::Exit;
     after_help = "Inputs: Node, DeviceClass, ResourceSlice, ResourceClaim objects (resource.k8s.io/v1; \
 YAML with several documents, JSON, or kind: List). A ResourceClaimTemplate counts as a claim named \
 after it; Pods are ignored. Claims that already have status.allocation hold their devices; all \
-others are allocated together, all or nothing, as kube-scheduler does for one pod.\n\n\
+others are allocated together, all or nothing, as kube-scheduler does for one pod (none pending: \
+nothing to do, an empty list).\n\n\
+The answer follows the allocator of the Kubernetes release given by --kubernetes-version (default \
+1.37): its default feature gates and its rules (counters in slices of their own and taint effect \
+None from 1.35, list-typed attributes under their gate from 1.36). --feature-gates overrides single \
+gates.\n\n\
 Exit status: 0 = allocated (the claims are printed with status.allocation), \
 3 = cannot be allocated (stderr names the request and why), 2 = invalid input.\n\n\
 Examples:\n  ainic-dra slices --topology mi300x-8gpu-8nic --node-name n1 > slices.yaml\n  \
-ainic-dra simulate --node n1 -f slices.yaml -f gpu-slices.yaml -f deploy/deviceclasses -f examples/gpu-nic-pcieroot.yaml"
+ainic-dra simulate --node n1 -f slices.yaml -f gpu-slices.yaml -f deploy/deviceclasses -f examples/gpu-nic-pcieroot.yaml\n  \
+ainic-dra simulate --kubernetes-version 1.34 --feature-gates DRAConsumableCapacity=true --node n1 -f objects/"
 )]
 pub struct SimulateArgs {
     /// The node to allocate on (its Node object, if given, supplies labels).
     #[arg(long, value_name = "NAME")]
     node: String,
 
-    /// Kubernetes feature gates, upstream syntax, e.g.
-    /// `DRAConsumableCapacity=true`. Defaults as in Kubernetes 1.34.
+    /// The Kubernetes release whose scheduler to imitate: its default
+    /// feature gates and allocation rules (1.34, 1.35, 1.36, 1.37).
+    #[arg(long, value_name = "1.3x", default_value = "1.37")]
+    kubernetes_version: String,
+
+    /// Feature gates over the release's defaults, upstream syntax, e.g.
+    /// `DRAConsumableCapacity=true`.
     #[arg(long, value_name = "NAME=BOOL,...", default_value = "")]
     feature_gates: String,
 
@@ -63,19 +71,39 @@ enum Format {
     Json,
 }
 
-/// Parsed here rather than by clap, so that a bad value is one line and exit 2.
-fn parse_gates(s: &str) -> Result<FeatureGates> {
-    s.parse()
-        .map_err(|e: dra_model::FeatureGateError| invalid(format!("--feature-gates: {e}")))
+/// The allocator's features for a release and `--feature-gates`; a gate
+/// the allocator does not know is accepted when the driver knows it (it
+/// changes only what is published), else an error naming it.
+pub fn features(release: Release, gates: &str) -> Result<Features> {
+    let mut features = Features::for_release(release);
+    for entry in gates.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, value) = entry.split_once('=').ok_or_else(|| {
+            invalid(format!(
+                "--feature-gates: invalid entry {entry:?}: expected Name=true or Name=false"
+            ))
+        })?;
+        let enabled = match value.trim() {
+            "true" => true,
+            "false" => false,
+            _ => {
+                return Err(invalid(format!(
+                    "--feature-gates: invalid entry {entry:?}: expected Name=true or Name=false"
+                )));
+            }
+        };
+        let name = name.trim();
+        if !features.set(name, enabled) && !driver_knows(name) {
+            return Err(invalid(format!(
+                "--feature-gates: unknown feature gate {name:?} (known: {})",
+                Features::GATE_NAMES.join(", ")
+            )));
+        }
+    }
+    Ok(features)
 }
 
-/// The allocator's gates from the command line's.
-fn features(gates: &FeatureGates) -> Features {
-    let mut features = Features::default();
-    for gate in FeatureGate::ALL {
-        features.set(gate.name(), gates.enabled(gate));
-    }
-    features
+fn driver_knows(gate: &str) -> bool {
+    FeatureGate::ALL.iter().any(|g| g.name() == gate)
 }
 
 fn invalid(message: impl Into<String>) -> anyhow::Error {
@@ -86,55 +114,28 @@ fn invalid(message: impl Into<String>) -> anyhow::Error {
     .into()
 }
 
-/// The objects read from the inputs, by kind.
-#[derive(Default)]
-struct Inputs {
-    nodes: Vec<Node>,
-    classes: Vec<DeviceClass>,
-    slices: Vec<ResourceSlice>,
-    claims: Vec<ResourceClaim>,
-}
-
 /// Runs the simulation and prints the allocated claims.
 pub fn run(args: SimulateArgs) -> Result<()> {
-    let gates = parse_gates(&args.feature_gates)?;
-    let mut inputs = Inputs::default();
+    let release: Release = args
+        .kubernetes_version
+        .parse()
+        .map_err(|e: allocator::UnknownRelease| invalid(format!("--kubernetes-version: {e}")))?;
+    let features = features(release, &args.feature_gates)?;
+    let mut objects = Vec::new();
     for path in &args.files {
         for file in files_of(path)? {
-            read_file(&file, &mut inputs)?;
+            objects.extend(read_file(&file)?);
         }
     }
-    let node = node_facts(&inputs.nodes, &args.node)?;
-    let (held, mut pending): (Vec<ResourceClaim>, Vec<ResourceClaim>) = inputs
-        .claims
-        .into_iter()
-        .partition(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()));
-    let allocator = Allocator::new(features(&gates), &inputs.slices, &inputs.classes, &held)
-        .map_err(|e| invalid(format!("invalid input: {e}")))?;
-    if pending.is_empty() {
-        return Err(invalid(
-            "no ResourceClaim without status.allocation in the input: nothing to allocate",
-        ));
-    }
-    let results = match allocator.allocate(&node, &pending) {
-        Ok(results) => results,
-        Err(AllocateError::Input(e)) => return Err(invalid(format!("invalid input: {e}"))),
-        Err(AllocateError::Unsatisfiable(f)) => {
-            let message = format!(
-                "cannot allocate the claims on node {}: {}",
-                node.name, f.explanation
-            );
-            return Err(Exit { code: 3, message }.into());
+    let scenario = Scenario::from_objects(objects).map_err(invalid)?;
+    match scenario.solve(features, &args.node) {
+        Answer::Allocated(claims) => {
+            print!("{}", render(&claims, args.output)?);
+            Ok(())
         }
-    };
-    for (claim, result) in pending.iter_mut().zip(results) {
-        let status = claim
-            .status
-            .get_or_insert_with(ResourceClaimStatus::default);
-        status.allocation = Some(result);
+        Answer::Unallocatable(message) => Err(Exit { code: 3, message }.into()),
+        Answer::Invalid(message) => Err(invalid(message)),
     }
-    print!("{}", render(&pending, args.output)?);
-    Ok(())
 }
 
 fn render(claims: &[ResourceClaim], format: Format) -> Result<String> {
@@ -148,20 +149,6 @@ fn render(claims: &[ResourceClaim], format: Format) -> Result<String> {
             docs.join("---\n")
         }
     })
-}
-
-fn node_facts(nodes: &[Node], name: &str) -> Result<NodeFacts> {
-    match nodes
-        .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(name))
-    {
-        Some(node) => Ok(NodeFacts::from_node(node)),
-        None if nodes.is_empty() => Ok(NodeFacts::named(name)),
-        None => Err(invalid(format!(
-            "node {name} is not among the {} Node objects in the input",
-            nodes.len()
-        ))),
-    }
 }
 
 /// `path` itself, or the YAML/JSON files directly in it, sorted by name.
@@ -187,24 +174,16 @@ fn files_of(path: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn read_file(path: &Path, inputs: &mut Inputs) -> Result<()> {
+fn read_file(path: &Path) -> Result<Vec<Value>> {
     let origin = path.display().to_string();
     let text =
         std::fs::read_to_string(path).map_err(|e| invalid(format!("cannot read {origin}: {e}")))?;
-    for (index, value) in documents(&text)
-        .map_err(|e| invalid(format!("{origin}: {e}")))?
-        .into_iter()
-        .enumerate()
-    {
-        add_object(value, inputs)
-            .map_err(|e| invalid(format!("{origin}: object #{}: {e}", index + 1)))?;
-    }
-    Ok(())
+    documents(&text).map_err(|e| invalid(format!("{origin}: {e}")))
 }
 
 /// The objects of a JSON or multi-document YAML text, `kind: List` and
 /// JSON arrays flattened, empty documents skipped.
-fn documents(text: &str) -> Result<Vec<Value>, String> {
+pub fn documents(text: &str) -> Result<Vec<Value>, String> {
     let trimmed = text.trim_start();
     let raw: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
         vec![serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?]
@@ -235,83 +214,4 @@ fn documents(text: &str) -> Result<Vec<Value>, String> {
         }
     }
     Ok(out)
-}
-
-fn add_object(value: Value, inputs: &mut Inputs) -> Result<(), String> {
-    let kind = value
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    let api_version = value
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    let expect = |wanted: &str| {
-        if api_version == wanted {
-            Ok(())
-        } else {
-            Err(format!(
-                "{kind} has apiVersion {api_version:?}, expected {wanted}"
-            ))
-        }
-    };
-    let parse_error = |e: serde_json::Error| format!("invalid {kind}: {e}");
-    match kind.as_str() {
-        "Node" => {
-            expect("v1")?;
-            inputs
-                .nodes
-                .push(serde_json::from_value(value).map_err(parse_error)?);
-        }
-        "Pod" => tracing::debug!("ignoring Pod"),
-        "DeviceClass" => {
-            expect("resource.k8s.io/v1")?;
-            inputs
-                .classes
-                .push(serde_json::from_value(value).map_err(parse_error)?);
-        }
-        "ResourceSlice" => {
-            expect("resource.k8s.io/v1")?;
-            inputs
-                .slices
-                .push(serde_json::from_value(value).map_err(parse_error)?);
-        }
-        "ResourceClaim" => {
-            expect("resource.k8s.io/v1")?;
-            inputs
-                .claims
-                .push(serde_json::from_value(value).map_err(parse_error)?);
-        }
-        "ResourceClaimTemplate" => {
-            expect("resource.k8s.io/v1")?;
-            let template: ResourceClaimTemplate =
-                serde_json::from_value(value).map_err(parse_error)?;
-            inputs.claims.push(claim_from_template(template));
-        }
-        "" => return Err("object has no kind".into()),
-        other => {
-            return Err(format!(
-                "unsupported kind {other} (expected Node, DeviceClass, ResourceSlice, ResourceClaim)"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The claim a template stamps out, named after the template.
-fn claim_from_template(template: ResourceClaimTemplate) -> ResourceClaim {
-    let spec = template.spec.unwrap_or_default();
-    ResourceClaim {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: template.metadata.name,
-            namespace: template.metadata.namespace,
-            labels: spec.metadata.as_ref().and_then(|m| m.labels.clone()),
-            annotations: spec.metadata.and_then(|m| m.annotations),
-            ..Default::default()
-        },
-        spec: spec.spec,
-        status: None,
-    }
 }

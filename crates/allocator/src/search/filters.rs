@@ -31,7 +31,7 @@ impl Search<'_, '_> {
 
     pub(crate) fn class_matches(&mut self, spec: &RequestSpec, candidate: usize) -> bool {
         let device = self.ctx.candidates[candidate].device();
-        if device.has_binding_conditions && !self.ctx.features.device_binding_conditions {
+        if device.has_binding_conditions && !self.ctx.features.binding_conditions() {
             return false;
         }
         self.eval_all(

@@ -1,0 +1,227 @@
+//! A scheduling question as `ainic-dra simulate` asks it: Kubernetes
+//! objects (Node, DeviceClass, ResourceSlice, ResourceClaim and
+//! ResourceClaimTemplate; Pods are ignored), a node and the gates. Claims
+//! with `status.allocation` hold their devices; all others are allocated
+//! together on the node, all or nothing, as kube-scheduler does for one
+//! pod. The answer has simulate's three outcomes.
+//!
+//! Upstream's allocator (run by `testbed/oracle-1.3x`) answers the same
+//! question on the same objects; the differential tests compare the two.
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceClaimTemplate,
+    ResourceSlice,
+};
+use serde_json::Value;
+
+use crate::{AllocateError, Allocator, Features, NodeFacts};
+
+/// The objects of a question, by kind.
+#[derive(Debug, Clone, Default)]
+pub struct Scenario {
+    /// Nodes (the one allocated on supplies labels).
+    pub nodes: Vec<Node>,
+    /// Device classes.
+    pub classes: Vec<DeviceClass>,
+    /// Resource slices.
+    pub slices: Vec<ResourceSlice>,
+    /// Claims with an allocation: they hold their devices.
+    pub held: Vec<ResourceClaim>,
+    /// Claims to allocate, in input order.
+    pub pending: Vec<ResourceClaim>,
+}
+
+/// What a question gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The pending claims, each with `status.allocation`.
+    Allocated(Vec<ResourceClaim>),
+    /// They cannot all be allocated on the node; why.
+    Unallocatable(String),
+    /// The input is invalid (unknown class, CEL that does not compile, …).
+    Invalid(String),
+}
+
+impl Scenario {
+    /// Sorts `objects` by kind; an object of an unsupported kind or
+    /// version, or one that does not parse, is an error naming it.
+    pub fn from_objects(objects: Vec<Value>) -> Result<Scenario, String> {
+        let mut s = Scenario::default();
+        for (index, value) in objects.into_iter().enumerate() {
+            s.add(value)
+                .map_err(|e| format!("object #{}: {e}", index + 1))?;
+        }
+        Ok(s)
+    }
+
+    fn add(&mut self, value: Value) -> Result<(), String> {
+        let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+        let kind = kind.to_owned();
+        let api_version = value
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let wanted = match kind.as_str() {
+            "Node" | "Pod" => "v1",
+            "DeviceClass" | "ResourceSlice" | "ResourceClaim" | "ResourceClaimTemplate" => {
+                "resource.k8s.io/v1"
+            }
+            _ => api_version,
+        };
+        if api_version != wanted {
+            return Err(format!(
+                "{kind} has apiVersion {api_version:?}, expected {wanted}"
+            ));
+        }
+        let parse_error = |e: serde_json::Error| format!("invalid {kind}: {e}");
+        match kind.as_str() {
+            "Node" => self
+                .nodes
+                .push(serde_json::from_value(value).map_err(parse_error)?),
+            "Pod" => {}
+            "DeviceClass" => self
+                .classes
+                .push(serde_json::from_value(value).map_err(parse_error)?),
+            "ResourceSlice" => self
+                .slices
+                .push(serde_json::from_value(value).map_err(parse_error)?),
+            "ResourceClaim" => {
+                let claim = serde_json::from_value(value).map_err(parse_error)?;
+                self.add_claim(claim);
+            }
+            "ResourceClaimTemplate" => {
+                let template: ResourceClaimTemplate =
+                    serde_json::from_value(value).map_err(parse_error)?;
+                self.add_claim(claim_from_template(template));
+            }
+            "" => return Err("object has no kind".into()),
+            other => {
+                return Err(format!(
+                    "unsupported kind {other} (expected Node, DeviceClass, ResourceSlice, ResourceClaim)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn add_claim(&mut self, claim: ResourceClaim) {
+        if claim
+            .status
+            .as_ref()
+            .is_some_and(|s| s.allocation.is_some())
+        {
+            self.held.push(claim);
+        } else {
+            self.pending.push(claim);
+        }
+    }
+
+    /// The facts of node `name`: its Node object when given, else the name
+    /// alone; an error when Nodes are given but not this one.
+    pub fn node(&self, name: &str) -> Result<NodeFacts, String> {
+        match self
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+        {
+            Some(node) => Ok(NodeFacts::from_node(node)),
+            None if self.nodes.is_empty() => Ok(NodeFacts::named(name)),
+            None => Err(format!(
+                "node {name} is not among the {} Node objects in the input",
+                self.nodes.len()
+            )),
+        }
+    }
+
+    /// Allocates the pending claims together on node `name`.
+    pub fn solve(&self, features: Features, name: &str) -> Answer {
+        let node = match self.node(name) {
+            Ok(node) => node,
+            Err(e) => return Answer::Invalid(e),
+        };
+        let allocator = match Allocator::new(features, &self.slices, &self.classes, &self.held) {
+            Ok(a) => a,
+            Err(e) => return Answer::Invalid(format!("invalid input: {e}")),
+        };
+        match allocator.allocate(&node, &self.pending) {
+            Ok(results) => Answer::Allocated(with_allocations(&self.pending, results)),
+            Err(AllocateError::Input(e)) => Answer::Invalid(format!("invalid input: {e}")),
+            Err(AllocateError::Unsatisfiable(f)) => Answer::Unallocatable(format!(
+                "cannot allocate the claims on node {}: {}",
+                node.name, f.explanation
+            )),
+        }
+    }
+}
+
+fn with_allocations(
+    claims: &[ResourceClaim],
+    results: Vec<AllocationResult>,
+) -> Vec<ResourceClaim> {
+    claims
+        .iter()
+        .cloned()
+        .zip(results)
+        .map(|(mut claim, result)| {
+            claim
+                .status
+                .get_or_insert_with(ResourceClaimStatus::default)
+                .allocation = Some(result);
+            claim
+        })
+        .collect()
+}
+
+/// The claim a template stamps out, named after the template.
+pub fn claim_from_template(template: ResourceClaimTemplate) -> ResourceClaim {
+    let spec = template.spec.unwrap_or_default();
+    ResourceClaim {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: template.metadata.name,
+            namespace: template.metadata.namespace,
+            labels: spec.metadata.as_ref().and_then(|m| m.labels.clone()),
+            annotations: spec.metadata.and_then(|m| m.annotations),
+            ..Default::default()
+        },
+        spec: spec.spec,
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn objects_are_sorted_by_kind_and_claims_by_allocation() {
+        let s = Scenario::from_objects(vec![
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                   "metadata": {"name": "held"},
+                   "status": {"allocation": {"devices": {"results": []}}}}),
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                   "metadata": {"name": "t"}, "spec": {"spec": {}}}),
+        ])
+        .unwrap();
+        assert_eq!((s.nodes.len(), s.held.len(), s.pending.len()), (1, 1, 1));
+        assert_eq!(s.pending[0].metadata.name.as_deref(), Some("t"));
+        assert!(s.node("m").unwrap_err().contains("not among the 1 Node"));
+    }
+
+    #[test]
+    fn a_wrong_version_or_kind_is_named() {
+        let err = Scenario::from_objects(vec![json!({"apiVersion": "resource.k8s.io/v1beta1",
+            "kind": "DeviceClass"})])
+        .unwrap_err();
+        assert!(
+            err.contains("object #1: DeviceClass has apiVersion"),
+            "{err}"
+        );
+        let err = Scenario::from_objects(vec![json!({"apiVersion": "v1", "kind": "Secret"})])
+            .unwrap_err();
+        assert!(err.contains("unsupported kind Secret"), "{err}");
+    }
+}

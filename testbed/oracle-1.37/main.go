@@ -1,0 +1,51 @@
+// The allocation oracle for Kubernetes 1.37: upstream's structured
+// allocator from k8s.io/dynamic-resource-allocation v0.37, with 1.37's
+// default gates and its scheduler's mapping of gates to features.
+package main
+
+import (
+	"errors"
+
+	"github.com/amd/ainic-dra/testbed/oracle"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+func main() {
+	oracle.Main(oracle.Release{
+		Name: "1.37",
+		Defaults: oracle.Gates{
+			"DRAAdminAccess":               true,
+			"DRAPrioritizedList":           true,
+			"DRAResourceClaimDeviceStatus": true,
+			"DRAConsumableCapacity":        true,
+			"DRAPartitionableDevices":      true,
+			"DRADeviceTaints":              true,
+			"DRADeviceBindingConditions":   true,
+			"DRAExtendedResource":          true,
+			"DRAFractionalCapacityRange":   true,
+		},
+		Features: func(g oracle.Gates) structured.Features {
+			return structured.Features{
+				AdminAccess:             g["DRAAdminAccess"],
+				PrioritizedList:         g["DRAPrioritizedList"],
+				PartitionableDevices:    g["DRAPartitionableDevices"],
+				DeviceTaints:            g["DRADeviceTaints"],
+				DeviceBindingAndStatus:  g["DRADeviceBindingConditions"] && g["DRAResourceClaimDeviceStatus"],
+				ConsumableCapacity:      g["DRAConsumableCapacity"],
+				FractionalCapacityRange: g["DRAFractionalCapacityRange"],
+				ListTypeAttributes:      g["DRAListTypeAttributes"],
+				OptionalNodeOperations:  g["DRAOptionalNodeOperations"],
+				DerivedAttributes:       g["DRADerivedAttributes"],
+				CompatibilityGroups:     g["DRADeviceCompatibilityGroups"],
+			}
+		},
+		CELFeatures: func(g oracle.Gates) cel.Features {
+			return cel.Features{
+				EnableConsumableCapacity: g["DRAConsumableCapacity"],
+				EnableListTypeAttributes: g["DRAListTypeAttributes"],
+			}
+		},
+		NodeFailure: func(err error) bool { return errors.Is(err, structured.ErrFailedAllocationOnNode) },
+	})
+}
