@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use crate::model::{Capacity, DeviceInfo, RequestPolicy};
-use crate::quantity::Quantity;
+use crate::quantity::{Format, Quantity};
 
 /// Consumed amounts by capacity name as the device publishes it.
 pub(crate) type Consumption = BTreeMap<String, Quantity>;
@@ -32,10 +32,13 @@ fn find<'a>(device: &'a DeviceInfo, requested: &str) -> Option<&'a Capacity> {
 }
 
 /// What the request consumes from every capacity of the device; `None` when
-/// it requests a capacity the device does not have.
+/// it requests a capacity the device does not have. `step_format`: a value
+/// rounded up to a step is written in the step's format (1.37), else in
+/// binary SI (before).
 pub(crate) fn consumption(
     device: &DeviceInfo,
     requests: &BTreeMap<String, Quantity>,
+    step_format: bool,
 ) -> Option<Consumption> {
     let mut requested: BTreeMap<&str, Quantity> = BTreeMap::new();
     for (name, amount) in requests {
@@ -46,7 +49,7 @@ pub(crate) fn consumption(
         .iter()
         .map(|c| {
             let amount = match requested.get(c.name.as_str()) {
-                Some(r) => round_up(r, c.policy.as_ref()),
+                Some(r) => round_up(r, c.policy.as_ref(), step_format),
                 None => c.policy.as_ref().and_then(|p| p.default).unwrap_or(c.value),
             };
             (c.name.clone(), amount)
@@ -55,7 +58,7 @@ pub(crate) fn consumption(
     Some(consumed)
 }
 
-fn round_up(requested: &Quantity, policy: Option<&RequestPolicy>) -> Quantity {
+fn round_up(requested: &Quantity, policy: Option<&RequestPolicy>, step_format: bool) -> Quantity {
     let Some(policy) = policy else {
         return *requested;
     };
@@ -66,6 +69,13 @@ fn round_up(requested: &Quantity, policy: Option<&RequestPolicy>) -> Quantity {
         return match &range.step {
             Some(step) => requested
                 .round_up_to_step(&range.min, step)
+                .map(|q| {
+                    q.with_format(if step_format {
+                        step.format()
+                    } else {
+                        Format::BinarySi
+                    })
+                })
                 .unwrap_or(*requested),
             None => *requested,
         };
@@ -174,12 +184,12 @@ mod tests {
     fn unrequested_capacity_consumes_default_or_everything() {
         let d = nic(None);
         assert_eq!(
-            consumption(&d, &BTreeMap::new()).unwrap()["bandwidth"],
+            consumption(&d, &BTreeMap::new(), true).unwrap()["bandwidth"],
             q("400G")
         );
         let d = nic(Some(range("10G", None, None)));
         assert_eq!(
-            consumption(&d, &BTreeMap::new()).unwrap()["bandwidth"],
+            consumption(&d, &BTreeMap::new(), true).unwrap()["bandwidth"],
             q("10G")
         );
     }
@@ -188,9 +198,12 @@ mod tests {
     fn requests_round_up_to_the_policy() {
         let d = nic(Some(range("10G", Some("400G"), Some("10G"))));
         let req = BTreeMap::from([("ainic.amd.com/bandwidth".to_owned(), q("25G"))]);
-        assert_eq!(consumption(&d, &req).unwrap()["bandwidth"], q("30G"));
+        assert_eq!(consumption(&d, &req, true).unwrap()["bandwidth"], q("30G"));
         let small = BTreeMap::from([("bandwidth".to_owned(), q("1G"))]);
-        assert_eq!(consumption(&d, &small).unwrap()["bandwidth"], q("10G"));
+        assert_eq!(
+            consumption(&d, &small, true).unwrap()["bandwidth"],
+            q("10G")
+        );
         let values = RequestPolicy {
             default: None,
             valid_values: vec![q("100G"), q("200G")],
@@ -198,7 +211,12 @@ mod tests {
         };
         let d = nic(Some(values));
         assert_eq!(
-            consumption(&d, &BTreeMap::from([("bandwidth".to_owned(), q("150G"))])).unwrap()["bandwidth"],
+            consumption(
+                &d,
+                &BTreeMap::from([("bandwidth".to_owned(), q("150G"))]),
+                true
+            )
+            .unwrap()["bandwidth"],
             q("200G")
         );
     }
@@ -206,10 +224,27 @@ mod tests {
     #[test]
     fn unknown_capacity_and_overflowing_requests_do_not_fit() {
         let d = nic(Some(range("10G", Some("400G"), Some("10G"))));
-        assert!(consumption(&d, &BTreeMap::from([("queuePairs".to_owned(), q("1"))])).is_none());
-        let big = consumption(&d, &BTreeMap::from([("bandwidth".to_owned(), q("500G"))])).unwrap();
+        assert!(
+            consumption(
+                &d,
+                &BTreeMap::from([("queuePairs".to_owned(), q("1"))]),
+                true
+            )
+            .is_none()
+        );
+        let big = consumption(
+            &d,
+            &BTreeMap::from([("bandwidth".to_owned(), q("500G"))]),
+            true,
+        )
+        .unwrap();
         assert!(!fits(&d, &big, None, None), "above validRange.max");
-        let part = consumption(&d, &BTreeMap::from([("bandwidth".to_owned(), q("300G"))])).unwrap();
+        let part = consumption(
+            &d,
+            &BTreeMap::from([("bandwidth".to_owned(), q("300G"))]),
+            true,
+        )
+        .unwrap();
         assert!(fits(&d, &part, None, None));
         assert!(!fits(&d, &part, Some(&part), None), "600G of 400G");
     }

@@ -114,7 +114,12 @@ impl<'a> NodeContext<'a> {
         features: Features,
         state: &'a AllocatedState,
     ) -> Result<NodeContext<'a>, InputError> {
-        let pools = index.gather(node, &features, &state.exclusive)?;
+        // Devices whose counters are drawn by claims already allocated.
+        let mut holding_counters = state.exclusive.clone();
+        if features.rules().held_shares_consume_counters {
+            holding_counters.extend(state.shared.keys().cloned());
+        }
+        let pools = index.gather(node, &features, &holding_counters)?;
         let mut candidates = Vec::new();
         let mut pool_ranges = Vec::new();
         for (p, pool) in pools.iter().enumerate() {

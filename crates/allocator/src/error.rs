@@ -43,6 +43,14 @@ pub enum InputError {
         /// What is wrong.
         reason: String,
     },
+    /// The search met something upstream aborts the allocation for: a CEL
+    /// runtime error, `All` over a pool being updated, a constraint that
+    /// rules out a device `All` must take.
+    #[error("{reason}")]
+    Aborted {
+        /// What upstream would report.
+        reason: String,
+    },
     /// A node selector in a slice or device is malformed.
     #[error("node selector: {reason}")]
     NodeSelector {

@@ -18,7 +18,12 @@ pub(crate) fn explain(
     stop: Option<Stop>,
 ) -> AllocationFailure {
     match stop {
-        Some(Stop::Fatal(message)) => return failure(None, None, message),
+        Some(Stop::Fatal(message) | Stop::NodeFailure(message)) => {
+            return failure(None, None, message);
+        }
+        Some(Stop::ResultLimit) => {
+            return failure(None, None, "allocation max size exceeded".into());
+        }
         Some(Stop::Budget) => {
             return failure(
                 None,
@@ -85,13 +90,6 @@ fn describe(ctx: &NodeContext<'_>, prefix: &[ClaimPlan], k: usize, r: usize) -> 
             incomplete.key.0, incomplete.key.1
         ));
     }
-    if let Some(error) = search.cel_errors.iter().next() {
-        let more = search.cel_errors.len() - 1;
-        explanation.push_str(&format!("; selector error: {error}"));
-        if more > 0 {
-            explanation.push_str(&format!(" (and {more} more)"));
-        }
-    }
     let request = plan
         .alternatives()
         .first()
@@ -110,12 +108,12 @@ fn describe_spec(
     let all: Vec<usize> = (0..ctx.candidates.len()).collect();
     let class: Vec<usize> = all
         .into_iter()
-        .filter(|&i| search.class_matches(spec, i))
+        .filter(|&i| search.class_matches(k, spec, i).unwrap_or(false))
         .collect();
     let selected: Vec<usize> = class
         .iter()
         .copied()
-        .filter(|&i| search.request_matches(spec, i))
+        .filter(|&i| search.request_matches(k, spec, i).unwrap_or(false))
         .collect();
     let free: Vec<usize> = selected
         .iter()
@@ -132,7 +130,10 @@ fn describe_spec(
     );
     let mut usable = free;
     if ctx.features.device_taints {
-        usable.retain(|&i| all_tolerated(&ctx.candidates[i].device().taints, &spec.tolerations));
+        let none = ctx.features.release.taint_effect_none();
+        usable.retain(|&i| {
+            all_tolerated(&ctx.candidates[i].device().taints, &spec.tolerations, none)
+        });
         text.push_str(&format!(", {} tolerate their taints", usable.len()));
     }
     if earlier_ok {

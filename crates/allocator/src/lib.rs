@@ -3,9 +3,16 @@
 //! DeviceClasses and the claims already allocated, find devices on one node
 //! for a pod's claims, all or nothing, and explain a failure.
 //!
-//! Semantics follow upstream's allocator for Kubernetes 1.34 (`resource.k8s.io/v1`)
-//! with its feature gates ([`Features`]): first-fit depth-first search over
-//! pools sorted by driver and name, slices by name, devices in slice order.
+//! Semantics follow upstream's allocator (`k8s.io/dynamic-resource-allocation/structured`)
+//! of one release, 1.34 to 1.37, with its feature gates ([`Features`],
+//! [`Features::for_release`]; `default()` is 1.34): first-fit depth-first
+//! search over pools sorted by driver and name, slices by name, devices in
+//! slice order. Each release picks one of upstream's implementations
+//! (stable, incubating, experimental) from its gates, and the behaviours
+//! where releases differ, upstream's own bugs included, are switches in
+//! [`release::Rules`], so that an answer is the one that release's
+//! scheduler gives. The differential test (`crates/ainic-dra/tests/oracle`)
+//! checks that against upstream's code of each release.
 //!
 //! ```ignore
 //! let allocator = Allocator::new(Features::default(), &slices, &classes, &allocated)?;
@@ -43,7 +50,7 @@ pub use crate::error::{AllocateError, AllocationFailure, InputError};
 pub use crate::features::Features;
 pub use crate::model::{AttributeValue, DeviceInfo};
 pub use crate::node::NodeFacts;
-pub use crate::release::{Release, UnknownRelease};
+pub use crate::release::{Implementation, Release, Rules, UnknownRelease};
 pub use crate::request::ALLOCATION_RESULTS_MAX_SIZE;
 pub use crate::scenario::{Answer, Scenario};
 
@@ -52,7 +59,7 @@ use crate::context::{AllocatedState, NodeContext};
 use crate::model::SliceInfo;
 use crate::pools::PoolIndex;
 use crate::request::{SelectorCache, plan_claim};
-use crate::search::Search;
+use crate::search::{Search, Stop};
 
 /// Classes by name, with their compiled selectors.
 type ClassMap = HashMap<String, (Arc<DeviceClass>, Vec<Arc<Selector>>)>;
@@ -128,6 +135,7 @@ impl Allocator {
         match search.run() {
             Ok(true) => {}
             Ok(false) => return Err(explain::explain(&ctx, &plans, None).into()),
+            Err(Stop::Fatal(reason)) => return Err(InputError::Aborted { reason }.into()),
             Err(stop) => return Err(explain::explain(&ctx, &plans, Some(stop)).into()),
         }
         let results = plans

@@ -87,6 +87,8 @@ pub struct DeviceInfo {
     pub(crate) has_binding_conditions: bool,
     /// `bindingConditions` and `bindingFailureConditions`, copied into results.
     pub(crate) binding: (Vec<String>, Vec<String>),
+    /// `bindsToNode`: an allocation of it is pinned to the node.
+    pub(crate) binds_to_node: bool,
 }
 
 /// Splits a qualified name into domain and identifier, the driver being the
@@ -189,6 +191,7 @@ impl DeviceInfo {
                     .clone()
                     .unwrap_or_default(),
             ),
+            binds_to_node: device.binds_to_node == Some(true),
         })
     }
 
@@ -355,5 +358,6 @@ pub(crate) fn test_device(name: &str) -> DeviceInfo {
         node: NodeSelection::Unknown,
         has_binding_conditions: false,
         binding: (vec![], vec![]),
+        binds_to_node: false,
     }
 }

@@ -41,6 +41,23 @@ pub(crate) struct NodePool<'a> {
     pub invalid: Option<String>,
     /// Counters still available (partitionable devices only).
     pub counters: CounterSets,
+    /// Counter sets belong to their slice, not the pool (1.34).
+    pub counters_per_slice: bool,
+}
+
+impl NodePool<'_> {
+    /// The key of counter set `set` as a device of `slice` draws on it.
+    pub(crate) fn counter_key(&self, slice: &SliceInfo, set: &str) -> String {
+        counter_key(self.counters_per_slice, slice, set)
+    }
+}
+
+fn counter_key(per_slice: bool, slice: &SliceInfo, set: &str) -> String {
+    if per_slice {
+        format!("{}\u{0}{set}", slice.name)
+    } else {
+        set.to_owned()
+    }
 }
 
 impl PoolIndex {
@@ -108,7 +125,7 @@ impl PoolIndex {
         {
             return Ok(false);
         }
-        if !slice.shared_counters.is_empty() {
+        if !slice.shared_counters.is_empty() && features.rules().counter_slices_everywhere {
             return Ok(true);
         }
         match &slice.node {
@@ -148,7 +165,11 @@ impl PoolIndex {
         };
         let generation = first.generation;
         let expected = first.slice_count;
-        if all.iter().any(|s| s.generation > generation) && relevant.len() as i64 != expected {
+        let node_view = features.rules().completeness_from_node_slices;
+        if !node_view
+            && all.iter().any(|s| s.generation > generation)
+            && relevant.len() as i64 != expected
+        {
             // A newer generation is being published: the old one is obsolete.
             return Ok(None);
         }
@@ -157,20 +178,29 @@ impl PoolIndex {
             .copied()
             .filter(|s| s.generation == generation)
             .collect();
+        let per_slice = features.rules().counters_per_slice;
         let mut pool = NodePool {
             key,
             slices: Vec::new(),
             incomplete: false,
             invalid: None,
             counters: CounterSets::new(),
+            counters_per_slice: per_slice,
         };
-        // As in Kubernetes 1.34, the slices of an incomplete pool that are
-        // present stay usable; only `allocationMode: All` refuses the pool.
-        pool.incomplete = same_generation.len() as i64 != expected;
+        // In 1.34 the slices of an incomplete pool that are present stay
+        // usable; only `allocationMode: All` refuses the pool.
+        pool.incomplete = if node_view {
+            relevant.len() as i64 != expected
+        } else {
+            same_generation.len() as i64 != expected
+        };
         relevant.sort_by(|a, b| a.name.cmp(&b.name));
+        if features.rules().binding_slices_last {
+            relevant.sort_by_key(|s| s.devices.iter().any(|d| d.has_binding_conditions));
+        }
         pool.invalid = duplicate_device(&relevant);
         if features.partitionable_devices && pool.invalid.is_none() {
-            match counter_sets(&same_generation, in_use) {
+            match counter_sets(&same_generation, in_use, per_slice) {
                 Ok(counters) => pool.counters = counters,
                 Err(reason) => pool.invalid = Some(reason),
             }
@@ -194,11 +224,15 @@ fn duplicate_device(slices: &[&SliceInfo]) -> Option<String> {
 fn counter_sets(
     slices: &[&SliceInfo],
     in_use: &HashSet<(String, String, String)>,
+    per_slice: bool,
 ) -> Result<CounterSets, String> {
     let mut sets = CounterSets::new();
-    for (name, counters) in slices.iter().flat_map(|s| &s.shared_counters) {
-        if sets.insert(name.clone(), counters.clone()).is_some() {
-            return Err(format!("duplicate counter set name {name}"));
+    for slice in slices {
+        for (name, counters) in &slice.shared_counters {
+            let key = counter_key(per_slice, slice, name);
+            if sets.insert(key, counters.clone()).is_some() {
+                return Err(format!("duplicate counter set name {name}"));
+            }
         }
     }
     for slice in slices {
@@ -209,7 +243,8 @@ fn counter_sets(
                 device.name.clone(),
             ));
             for consumption in &device.consumes_counters {
-                let Some(set) = sets.get_mut(&consumption.counter_set) else {
+                let key = counter_key(per_slice, slice, &consumption.counter_set);
+                let Some(set) = sets.get_mut(&key) else {
                     return Err(format!("counter set {} not found", consumption.counter_set));
                 };
                 for (counter, amount) in &consumption.counters {

@@ -107,7 +107,165 @@ impl FromStr for Release {
     }
 }
 
+/// Upstream's three allocator implementations: the scheduler takes the
+/// most stable one that supports every enabled feature, and they differ in
+/// details the allocator follows ([`Features::rules`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Implementation {
+    /// `stable`.
+    Stable,
+    /// `incubating`.
+    Incubating,
+    /// `experimental`.
+    Experimental,
+}
+
+/// Allocation rules that depend on the release and the implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// The devices of one request are taken in allocation order (a device
+    /// is tried only after the previous one), so a shared device is taken
+    /// at most once per request: 1.36+, incubating and experimental.
+    pub ordered_devices: bool,
+    /// Incomplete and invalid pools are passed over by the search (an
+    /// invalid one makes a failed search fail this node only): 1.35+. In
+    /// 1.34 an invalid pool met aborts, and the slices of an incomplete
+    /// pool that are there are used.
+    pub skip_unusable_pools: bool,
+    /// `All` takes every matching device whose capacity could hold the
+    /// request on its own, ignoring shares already held (so one that is
+    /// too full makes `All` fail): 1.37.
+    pub all_mode_static_capacity: bool,
+    /// A share of a device whose capacity is already in use draws no
+    /// counters again: 1.35 experimental, 1.36+ incubating and experimental.
+    pub shares_skip_counters: bool,
+    /// Devices held only as shares count as consuming their counters:
+    /// 1.36+, incubating and experimental.
+    pub held_shares_consume_counters: bool,
+    /// A device draws only on the counter sets of its own slice, and
+    /// availability is counted per slice: 1.34, and 1.35 stable. Later the
+    /// counter sets belong to the pool.
+    pub counters_per_slice: bool,
+    /// Slices with counter sets belong to every node's view of the pool,
+    /// whatever their node selection: 1.35 incubating and experimental,
+    /// 1.36, 1.37 stable.
+    pub counter_slices_everywhere: bool,
+    /// Rounded capacity requests are written in the step's format; before
+    /// 1.37 in binary SI.
+    pub rounding_keeps_step_format: bool,
+    /// Results repeat the request's tolerations: 1.35+.
+    pub results_carry_tolerations: bool,
+    /// After the first device of an `All` subrequest, upstream goes on
+    /// with the request's first subrequest (it loses the subrequest
+    /// index): 1.34 and 1.35. Followed, so answers are those releases'.
+    pub all_subrequest_continues_as_first: bool,
+    /// When taking a device, upstream rechecks the capacity of the
+    /// slice's device at the position of the device within the request
+    /// (the first device of the slice for a request's first device), not
+    /// of the device taken: 1.34. Followed.
+    pub capacity_recheck_by_position: bool,
+    /// Slices with devices that have binding conditions come after the
+    /// others of their pool: 1.34 and 1.35 experimental.
+    pub binding_slices_last: bool,
+    /// A pool is complete only when every one of its slices is relevant
+    /// to the node (newer generations elsewhere are not seen): 1.34. Later
+    /// releases count the pool's slices for every node.
+    pub completeness_from_node_slices: bool,
+    /// Checking the subrequests of a prioritized list up front, upstream
+    /// files each subrequest's selector results under the previous
+    /// subrequest's key (the key is advanced after the check): 1.34 and
+    /// 1.35. Followed, so `All` subrequests and the subrequest before them
+    /// see the same matches upstream's do.
+    pub subrequest_checks_off_by_one: bool,
+    /// `distinctAttribute` keeps one value per request (see `constraint`):
+    /// up to 1.36.
+    pub distinct_per_request: bool,
+    /// A device turned down after its counters were drawn (a taint, a
+    /// constraint, its capacity) keeps them drawn for the rest of the
+    /// search: 1.34 and 1.35 (upstream rolls counters back only when
+    /// backtracking over a device it took). Followed.
+    pub counters_leak_on_rejection: bool,
+    /// Backtracking over a share of a multi-allocation device leaves its
+    /// counters drawn: 1.34 and 1.35 experimental. Followed.
+    pub share_counters_leak_on_backtrack: bool,
+}
+
 impl Features {
+    /// The implementation upstream's scheduler picks for these gates: the
+    /// first whose supported features include every enabled one.
+    pub fn implementation(&self) -> Implementation {
+        let r = self.release;
+        // The allocator features beyond the base set, as the scheduler maps
+        // gates to them (binding conditions count from 1.35 only with
+        // device status: upstream's DeviceBindingAndStatus).
+        let basic = self.admin_access
+            || self.prioritized_list
+            || self.partitionable_devices
+            || self.device_taints;
+        let binding = if r.binding_needs_device_status() {
+            self.device_binding_conditions && self.device_status
+        } else {
+            self.device_binding_conditions || self.device_status
+        };
+        let newer = binding || self.consumable_capacity;
+        let newest = self.list_type_attributes;
+        match r {
+            Release::V1_34 | Release::V1_35 => {
+                if newer || newest {
+                    Implementation::Experimental
+                } else if basic {
+                    Implementation::Incubating
+                } else {
+                    Implementation::Stable
+                }
+            }
+            Release::V1_36 | Release::V1_37 => {
+                if newest {
+                    Implementation::Experimental
+                } else if newer {
+                    Implementation::Incubating
+                } else {
+                    Implementation::Stable
+                }
+            }
+        }
+    }
+
+    /// The rules of this release and implementation.
+    pub fn rules(&self) -> Rules {
+        let release = self.release;
+        let implementation = self.implementation();
+        let newer = release >= Release::V1_36 && implementation != Implementation::Stable;
+        Rules {
+            ordered_devices: newer,
+            skip_unusable_pools: release >= Release::V1_35,
+            all_mode_static_capacity: release >= Release::V1_37,
+            shares_skip_counters: newer
+                || (release == Release::V1_35 && implementation == Implementation::Experimental),
+            held_shares_consume_counters: newer,
+            counters_per_slice: release == Release::V1_34
+                || (release == Release::V1_35 && implementation == Implementation::Stable),
+            counter_slices_everywhere: match release {
+                Release::V1_34 => false,
+                Release::V1_35 => implementation != Implementation::Stable,
+                Release::V1_36 => true,
+                Release::V1_37 => implementation == Implementation::Stable,
+            },
+            rounding_keeps_step_format: release >= Release::V1_37,
+            results_carry_tolerations: release >= Release::V1_35,
+            all_subrequest_continues_as_first: release <= Release::V1_35,
+            capacity_recheck_by_position: release == Release::V1_34,
+            binding_slices_last: release <= Release::V1_35
+                && implementation == Implementation::Experimental,
+            completeness_from_node_slices: release == Release::V1_34,
+            subrequest_checks_off_by_one: release <= Release::V1_35,
+            distinct_per_request: release <= Release::V1_36,
+            counters_leak_on_rejection: release <= Release::V1_35,
+            share_counters_leak_on_backtrack: release <= Release::V1_35
+                && implementation == Implementation::Experimental,
+        }
+    }
+
     /// The default gates of `release`.
     pub fn for_release(release: Release) -> Features {
         let newer = release >= Release::V1_36;

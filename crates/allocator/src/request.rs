@@ -64,6 +64,11 @@ pub(crate) enum RequestPlan {
 }
 
 impl RequestPlan {
+    /// A `firstAvailable` list of subrequests.
+    pub fn is_prioritized(&self) -> bool {
+        matches!(self, RequestPlan::FirstAvailable(_))
+    }
+
     pub fn alternatives(&self) -> &[RequestSpec] {
         match self {
             RequestPlan::Exact(spec) => std::slice::from_ref(spec),
@@ -148,7 +153,6 @@ pub(crate) fn plan_claim(
     };
     let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
     let mut requests = Vec::new();
-    let mut min_devices = 0usize;
     for request in devices
         .and_then(|d| d.requests.as_ref())
         .into_iter()
@@ -183,21 +187,7 @@ pub(crate) fn plan_claim(
                 )));
             }
         };
-        min_devices += plan
-            .alternatives()
-            .iter()
-            .map(|s| match s.mode {
-                Mode::ExactCount(n) => n,
-                Mode::All => 0,
-            })
-            .min()
-            .unwrap_or(0);
         requests.push(plan);
-    }
-    if min_devices > ALLOCATION_RESULTS_MAX_SIZE {
-        return Err(fail(format!(
-            "number of requested devices {min_devices} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
-        )));
     }
     if let Some(dup) = duplicate_name(&requests) {
         return Err(fail(format!("request name {dup} is used twice")));
@@ -365,14 +355,14 @@ impl Builder<'_> {
                     request: full.clone(),
                     class: f.class.to_owned(),
                 })?;
+        // Any positive count is valid API input; more than a claim can hold
+        // fails the claim-limit check of the search, as upstream's does.
         let mode = match (f.mode.unwrap_or("ExactCount"), f.count.unwrap_or(1)) {
-            ("ExactCount", n) if (1..=ALLOCATION_RESULTS_MAX_SIZE as i64).contains(&n) => {
-                Mode::ExactCount(n as usize)
+            ("ExactCount", n) if n >= 1 => {
+                Mode::ExactCount(usize::try_from(n).unwrap_or(usize::MAX))
             }
             ("ExactCount", n) => {
-                return Err(fail(format!(
-                    "count {n} is out of range 1..={ALLOCATION_RESULTS_MAX_SIZE}"
-                )));
+                return Err(fail(format!("count {n} is not positive")));
             }
             ("All", _) => Mode::All,
             (other, _) => return Err(fail(format!("unsupported allocation mode {other}"))),

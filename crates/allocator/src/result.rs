@@ -10,8 +10,11 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
+use std::collections::HashMap;
+
 use crate::context::NodeContext;
-use crate::request::ClaimPlan;
+use crate::release::Release;
+use crate::request::{ClaimPlan, RequestSpec};
 use crate::search::Picked;
 
 /// A share ID that is stable for the same inputs (upstream draws a random
@@ -62,11 +65,13 @@ pub(crate) fn build(
                     .map(|_| share_id(&plan.label, &request, &device, nth)),
                 consumed_capacity: p.consumed.as_ref().filter(|c| !c.is_empty()).map(|c| {
                     c.iter()
-                        .map(|(name, q)| (name.clone(), ApiQuantity(q.to_decimal_si())))
+                        .map(|(name, q)| (name.clone(), ApiQuantity(q.canonical())))
                         .collect()
                 }),
                 admin_access: spec.admin_access.then_some(true),
-                tolerations: (!spec.tolerations.is_empty()).then(|| spec.tolerations.clone()),
+                tolerations: (ctx.features.rules().results_carry_tolerations
+                    && !spec.tolerations.is_empty())
+                .then(|| spec.tolerations.clone()),
                 binding_conditions: binding.then(|| cand.device().binding.0.clone()),
                 binding_failure_conditions: binding.then(|| cand.device().binding.1.clone()),
                 request,
@@ -80,61 +85,99 @@ pub(crate) fn build(
     AllocationResult {
         devices: Some(DeviceAllocationResult {
             results: Some(results),
-            config: config(plan, claim, selected_sub),
+            config: config(plan, claim, selected_sub, ctx.features.release),
         }),
         node_selector: node_selector(ctx, picked),
         allocation_timestamp: None,
     }
 }
 
+/// `allocation.devices.config` as upstream builds it: each class's
+/// configs once, naming every request that used the class; then the
+/// claim's configs that apply to the requests (or the chosen
+/// subrequests). Up to 1.36 a claim config is added once per request it
+/// names; from 1.37 once, and a config that covers every request of the
+/// claim names none ("applies to all").
 fn config(
     plan: &ClaimPlan,
     claim: &ResourceClaim,
     selected_sub: impl Fn(usize) -> usize,
+    release: Release,
 ) -> Option<Vec<DeviceAllocationConfiguration>> {
-    let mut out = Vec::new();
-    for (r, request) in plan.requests.iter().enumerate() {
-        let spec = &request.alternatives()[selected_sub(r)];
-        for config in spec
+    let mut out: Vec<DeviceAllocationConfiguration> = Vec::new();
+    let mut by_class: HashMap<&str, std::ops::Range<usize>> = HashMap::new();
+    let chosen: Vec<&RequestSpec> = plan
+        .requests
+        .iter()
+        .enumerate()
+        .map(|(r, request)| &request.alternatives()[selected_sub(r)])
+        .collect();
+    for spec in &chosen {
+        let class = spec.class.metadata.name.as_deref().unwrap_or("");
+        if let Some(range) = by_class.get(class) {
+            for entry in &mut out[range.clone()] {
+                entry
+                    .requests
+                    .get_or_insert_with(Vec::new)
+                    .push(spec.full_name());
+            }
+            continue;
+        }
+        let start = out.len();
+        for c in spec
             .class
             .spec
             .iter()
             .flat_map(|s| s.config.iter().flatten())
         {
             out.push(DeviceAllocationConfiguration {
-                opaque: config.opaque.clone(),
-                requests: None,
+                opaque: c.opaque.clone(),
+                requests: Some(vec![spec.full_name()]),
                 source: "FromClass".into(),
             });
         }
+        by_class.insert(class, start..out.len());
     }
-    for config in claim
+    let once = release >= Release::V1_37;
+    let claim_configs = claim
         .spec
         .as_ref()
         .and_then(|s| s.devices.as_ref())
-        .and_then(|d| d.config.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        let names = config.requests.as_deref().unwrap_or_default();
-        let push = |out: &mut Vec<DeviceAllocationConfiguration>| {
-            out.push(DeviceAllocationConfiguration {
-                opaque: config.opaque.clone(),
-                requests: config.requests.clone(),
-                source: "FromClaim".into(),
-            })
+        .and_then(|d| d.config.as_ref());
+    for c in claim_configs.into_iter().flatten() {
+        let names = c.requests.as_deref().unwrap_or_default();
+        let entry = || DeviceAllocationConfiguration {
+            opaque: c.opaque.clone(),
+            requests: c.requests.clone(),
+            source: "FromClaim".into(),
         };
         if names.is_empty() {
-            push(&mut out);
+            out.push(entry());
             continue;
         }
-        for (r, request) in plan.requests.iter().enumerate() {
-            let spec = &request.alternatives()[selected_sub(r)];
-            if names
-                .iter()
-                .any(|n| *n == spec.base_name() || *n == spec.full_name())
-            {
-                push(&mut out);
+        for spec in &chosen {
+            let named = names.iter().any(|n| *n == spec.base_name())
+                || (spec.parent.is_some() && names.iter().any(|n| *n == spec.full_name()));
+            if named {
+                out.push(entry());
+                if once {
+                    break;
+                }
+            }
+        }
+    }
+    if once {
+        for entry in &mut out {
+            let covers_all = entry.requests.as_ref().is_some_and(|names| {
+                !names.is_empty()
+                    && chosen.iter().all(|spec| {
+                        names
+                            .iter()
+                            .any(|n| *n == spec.base_name() || *n == spec.full_name())
+                    })
+            });
+            if covers_all {
+                entry.requests = None;
             }
         }
     }
@@ -156,7 +199,9 @@ fn node_selector(ctx: &NodeContext<'_>, picked: &[Picked]) -> Option<NodeSelecto
                 cand.slice.api_node_selector.clone(),
             )
         };
-        if name.is_some() {
+        // A device local to one node, or one that binds to the node it is
+        // allocated on, pins the allocation to that node.
+        if name.is_some() || cand.device().binds_to_node {
             return Some(NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
                     match_fields: Some(vec![NodeSelectorRequirement {

@@ -1,6 +1,8 @@
 //! Device taints and request tolerations (`DRADeviceTaints`), matched as
-//! pod taints and tolerations are: key, operator (`Equal`/`Exists`), value
-//! and effect.
+//! upstream's `resourceclaim.ToleratesTaint` does: effect, key, operator
+//! (`Equal`, the default, compares values; `Exists` matches any value).
+//! From 1.35 only the effects `NoSchedule` and `NoExecute` keep a device
+//! from being allocated; `None` and unknown effects do not.
 
 use k8s_openapi::api::resource::v1::{DeviceTaint, DeviceToleration};
 
@@ -20,17 +22,23 @@ pub(crate) fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> b
     match toleration.operator.as_deref().unwrap_or("Equal") {
         "Exists" => true,
         "Equal" | "" => {
-            !key.is_empty()
-                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
         }
         _ => false,
     }
 }
 
-/// Whether every taint is tolerated by some toleration.
-pub(crate) fn all_tolerated(taints: &[DeviceTaint], tolerations: &[DeviceToleration]) -> bool {
+/// Whether every taint that keeps the device from being allocated is
+/// tolerated by some toleration; with `known_effects_only` (1.35+) only
+/// `NoSchedule` and `NoExecute` taints do.
+pub(crate) fn all_tolerated(
+    taints: &[DeviceTaint],
+    tolerations: &[DeviceToleration],
+    known_effects_only: bool,
+) -> bool {
     taints
         .iter()
+        .filter(|t| !known_effects_only || matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
         .all(|taint| tolerations.iter().any(|t| tolerates(t, taint)))
 }
 
@@ -81,7 +89,16 @@ mod tests {
             &toleration("ainic.amd.com/unhealthy", "Exists", "", "NoExecute"),
             &t
         ));
-        assert!(!all_tolerated(std::slice::from_ref(&t), &[]));
-        assert!(all_tolerated(&[], &[]));
+        assert!(!all_tolerated(std::slice::from_ref(&t), &[], true));
+        assert!(all_tolerated(&[], &[], false));
+        let none = taint("k", "v", "None");
+        assert!(
+            all_tolerated(std::slice::from_ref(&none), &[], true),
+            "1.35+: None does not block"
+        );
+        assert!(
+            !all_tolerated(&[none], &[], false),
+            "1.34: every taint must be tolerated"
+        );
     }
 }

@@ -312,34 +312,33 @@ fn unknown_class_and_bad_cel_are_input_errors() {
     );
 }
 
+/// Upstream aborts the allocation at a CEL runtime error, but only when the
+/// search reaches the device (the oracle found that we skipped the device
+/// instead).
 #[test]
-fn cel_runtime_error_skips_the_device_and_is_reported() {
-    let mut devices = vec![device("gpu-0", json!({}))];
-    devices.push(device("gpu-1", json!({ "model": "mi300x" })));
-    let slices = [slice("s", "n1", "gpu.example.com", json!(devices))];
+fn a_cel_runtime_error_aborts_when_the_search_reaches_the_device() {
+    let bare = device("gpu-0", json!({}));
+    let model = device("gpu-1", json!({ "model": "mi300x" }));
     let req = json!([{ "name": "g", "exactly": { "deviceClassName": "gpu", "selectors": [{ "cel": { "expression": "device.attributes['gpu.example.com'].model == 'mi300x'" } }] } }]);
-    let out = allocate(
-        &slices,
-        &[class("gpu", "gpu.example.com")],
-        &[],
-        "n1",
-        &[claim("c", req.clone(), json!([]))],
-    )
-    .unwrap();
-    assert_eq!(names(&out[0]), ["gpu-1"]);
-    let mut two = req;
-    two[0]["exactly"]["count"] = json!(2);
-    let err = failure(allocate(
-        &slices,
-        &[class("gpu", "gpu.example.com")],
-        &[],
-        "n1",
-        &[claim("c", two, json!([]))],
-    ));
+    let run = |devices: Vec<serde_json::Value>| {
+        let slices = [slice("s", "n1", "gpu.example.com", json!(devices))];
+        allocate(
+            &slices,
+            &[class("gpu", "gpu.example.com")],
+            &[],
+            "n1",
+            &[claim("c", req.clone(), json!([]))],
+        )
+    };
+    let err = run(vec![bare.clone(), model.clone()])
+        .unwrap_err()
+        .to_string();
     assert!(
-        err.contains("selector error") && err.contains("gpu-0") && err.contains("model"),
+        err.contains("CEL runtime error") && err.contains("gpu-0") && err.contains("model"),
         "{err}"
     );
+    let out = run(vec![model, bare]).unwrap();
+    assert_eq!(names(&out[0]), ["gpu-1"]);
 }
 
 #[test]
@@ -372,9 +371,31 @@ fn claims_over_the_result_limit_are_rejected() {
         &[claim("c", json!(reqs), json!([]))],
     );
     assert!(
-        matches!(err, Err(AllocateError::Input(InputError::Claim { .. }))),
+        matches!(&err, Err(AllocateError::Input(InputError::Aborted { reason })) if reason.contains("exceeds the claim limit of 32")),
         "{err:?}"
     );
+}
+
+/// A count over the limit is valid input: in a prioritized list the
+/// search moves on to the next subrequest (found by the oracle: `count:
+/// 33` used to be refused as invalid).
+#[test]
+fn a_subrequest_over_the_result_limit_gives_way_to_the_next() {
+    let req = json!([{ "name": "g", "firstAvailable": [
+        { "name": "many", "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 33 },
+        { "name": "one", "deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1 }
+    ] }]);
+    let out = allocate(
+        &[gpus("n1", 40)],
+        &[class("gpu", "gpu.example.com")],
+        &[],
+        "n1",
+        &[claim("c", req, json!([]))],
+    )
+    .unwrap();
+    let results = out[0].devices.as_ref().unwrap().results.as_ref().unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].request, "g/one");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 mod common;
 
-use allocator::{AllocateError, Features, InputError, NodeFacts};
+use allocator::{AllocateError, Features, InputError, NodeFacts, Release};
 use common::*;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 use serde_json::json;
@@ -114,8 +114,23 @@ fn distinct_attribute_spreads_over_values() {
         json!([exactly("nic", "nic", 3)]),
         json!([{ "distinctAttribute": "ainic.amd.com/rail" }]),
     );
-    let err = failure(allocate(&slices, &classes, &[], "n1", &[c]));
+    let node = NodeFacts::named("n1");
+    let v1_37 = Features::for_release(Release::V1_37);
+    let err = failure(allocate_with(
+        v1_37,
+        &slices,
+        &classes,
+        &[],
+        &node,
+        std::slice::from_ref(&c),
+    ));
     assert!(err.contains("distinctAttribute"), "{err}");
+    // Up to 1.36 upstream compares a device only with the one added
+    // before it for the same request, so in 1.34's order three devices
+    // on two rails fit (as upstream's allocator of 1.34 answers).
+    let v1_34 = Features::for_release(Release::V1_34);
+    let out = allocate_with(v1_34, &slices, &classes, &[], &node, &[c]).unwrap();
+    assert_eq!(names(&out[0]).len(), 3);
 }
 
 #[test]

@@ -4,13 +4,15 @@
 
 mod common;
 
-use allocator::{AllocateError, Features, InputError, NodeFacts};
+use allocator::{AllocateError, Features, InputError, NodeFacts, Release};
 use common::*;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde_json::json;
 
+/// 1.37's defaults with `names` on (1.37 is what `simulate` answers by
+/// default; earlier releases' quirks are checked by the oracle tests).
 fn gates(names: &[&str]) -> Features {
-    let mut f = Features::default();
+    let mut f = Features::for_release(Release::V1_37);
     for n in names {
         assert!(f.set(n, true));
     }
@@ -46,6 +48,15 @@ fn shared_device_serves_several_claims_until_capacity_runs_out() {
     // 120G rounds up to the 50G step: 150G, written in the canonical form
     // kube-scheduler writes (the testbed found `150000000000` here).
     assert_eq!(a.consumed_capacity.as_ref().unwrap()["bandwidth"].0, "150G");
+    // Before 1.37 upstream rounds in binary units and writes that form.
+    let mut v1_34 = Features::for_release(Release::V1_34);
+    v1_34.set("DRAConsumableCapacity", true);
+    let old = allocate_with(v1_34, &[shared_nic()], &classes, &[], &node, &claims[..1]).unwrap();
+    let old = &old[0].devices.as_ref().unwrap().results.as_ref().unwrap()[0];
+    assert_eq!(
+        old.consumed_capacity.as_ref().unwrap()["bandwidth"].0,
+        "146484375Ki"
+    );
     // 150G + 200G are held; 100G more would pass 400G.
     let held = [
         allocated(claims[0].clone(), out[0].clone()),

@@ -4,7 +4,7 @@
 
 mod common;
 
-use allocator::{Features, NodeFacts};
+use allocator::{Features, NodeFacts, Release};
 use common::*;
 use serde_json::json;
 
@@ -138,8 +138,30 @@ fn incomplete_pools_serve_exact_counts_but_block_all_mode() {
         json!([{ "name": "d", "exactly": { "deviceClassName": "d", "allocationMode": "All" } }]),
         json!([]),
     );
-    let err = failure(allocate(&[s], &classes, &[], "n1", &[all]));
+    // Upstream aborts (invalid input) rather than failing the node.
+    let err = allocate(
+        std::slice::from_ref(&s),
+        &classes,
+        &[],
+        "n1",
+        std::slice::from_ref(&all),
+    );
+    let err = err.unwrap_err().to_string();
     assert!(err.contains("being updated"), "{err}");
+    // From 1.35 the search passes over an incomplete pool.
+    let f = Features::for_release(Release::V1_37);
+    let node = NodeFacts::named("n1");
+    let out = allocate_with(
+        f,
+        std::slice::from_ref(&s),
+        &classes,
+        &[],
+        &node,
+        &[one("d")],
+    );
+    assert!(failure(out).contains("being updated"));
+    let err = allocate_with(f, &[s], &classes, &[], &node, &[all]).unwrap_err();
+    assert!(err.to_string().contains("being updated"), "{err}");
 }
 
 #[test]
@@ -159,14 +181,16 @@ fn pools_with_duplicate_device_names_are_invalid() {
     let mut a2 = a.clone();
     a2.spec.pool.resource_slice_count = 2;
     b.spec.pool.resource_slice_count = 2;
-    let err = failure(allocate(
-        &[a2, b],
-        &[class("d", "d.example.com")],
-        &[],
-        "n1",
-        &[one("d")],
-    ));
+    let classes = [class("d", "d.example.com")];
+    // 1.34: reaching the invalid pool aborts the allocation.
+    let err = allocate(&[a2.clone(), b.clone()], &classes, &[], "n1", &[one("d")]);
+    let err = err.unwrap_err().to_string();
     assert!(err.contains("duplicate device name same"), "{err}");
+    // 1.35 and later: the pool is passed over and the node fails.
+    let f = Features::for_release(Release::V1_37);
+    let node = NodeFacts::named("n1");
+    let out = allocate_with(f, &[a2, b], &classes, &[], &node, &[one("d")]);
+    assert!(failure(out).contains("invalid resource pools were encountered"));
 }
 
 #[test]

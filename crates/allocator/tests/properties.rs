@@ -8,7 +8,9 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 
 use allocator::cel::Selector;
-use allocator::{AllocateError, Allocator, AttributeValue, DeviceInfo, Features, NodeFacts};
+use allocator::{
+    AllocateError, Allocator, AttributeValue, DeviceInfo, Features, NodeFacts, Release,
+};
 use common::*;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use proptest::prelude::*;
@@ -253,13 +255,22 @@ proptest! {
             let result = serde_json::from_value(json!({ "devices": { "results": results } })).unwrap();
             vec![allocated(claim("held", json!([]), json!([])), result)]
         };
-        let allocator = Allocator::new(Features::default(), &slices, &classes, &held_claims).unwrap();
+        let allocator = Allocator::new(Features::for_release(Release::V1_37), &slices, &classes, &held_claims).unwrap();
         match allocator.allocate(&NodeFacts::named("n1"), &claims) {
             Ok(results) => {
                 prop_assert_eq!(results.len(), claims.len());
                 check(&allocator, &claims, &results, &held_devices.into_iter().collect());
             }
             Err(AllocateError::Unsatisfiable(f)) => prop_assert!(!f.explanation.is_empty()),
+            // As upstream's: selectors over attributes a device lacks
+            // abort, and so does an `All` request whose matching device
+            // breaks a constraint.
+            Err(AllocateError::Input(allocator::InputError::Aborted { reason })) => {
+                prop_assert!(
+                    reason.contains("CEL runtime error") || reason.contains("a claim constraint would not be satisfied"),
+                    "{}", reason
+                )
+            }
             Err(AllocateError::Input(e)) => prop_assert!(false, "unexpected input error {}", e),
         }
     }
@@ -280,14 +291,14 @@ proptest! {
         }
         let claims = claims(&reqs, &vec![vec![]; reqs.len()]);
         let classes = [class(DRIVERS[0], DRIVERS[0]), class(DRIVERS[1], DRIVERS[1])];
-        let result = Allocator::new(Features::default(), &slices(&pools), &classes, &[]).unwrap().allocate(&NodeFacts::named("n1"), &claims);
+        let result = Allocator::new(Features::for_release(Release::V1_37), &slices(&pools), &classes, &[]).unwrap().allocate(&NodeFacts::named("n1"), &claims);
         prop_assert_eq!(result.is_ok(), demand[0] <= supply[0] && demand[1] <= supply[1], "{:?}", result.err());
     }
 
     #[test]
     fn arbitrary_selector_text_never_panics(text in "[ -~]{0,60}") {
         if let Ok(selector) = Selector::compile(&text) {
-            let d = Allocator::new(Features::default(), &slices(&[vec![Dev { level: Some(1), color: Some("red") }]]), &[], &[]).unwrap();
+            let d = Allocator::new(Features::for_release(Release::V1_37), &slices(&[vec![Dev { level: Some(1), color: Some("red") }]]), &[], &[]).unwrap();
             let device = d.devices().next().unwrap();
             let _ = selector.matches(device, true);
         }

@@ -11,6 +11,11 @@
 //! suffixes included (a finite decimal times a power of two is a finite
 //! decimal).
 //!
+//! Like Kubernetes, a quantity remembers the [`Format`] it was written in
+//! (decimal SI, binary SI or decimal exponent) and [`Quantity::canonical`]
+//! prints it in that format's canonical form (`2Gi` stays `2Gi`, `100G`
+//! stays `100G`), as the API server and kube-scheduler write quantities.
+//! The format takes no part in comparison: `1Ki == 1024`.
 //! [`Quantity::to_decimal_si`] prints the canonical decimal-SI form
 //! (`400G`, `25M`, `100m`) that published objects carry.
 #![deny(missing_docs)]
@@ -24,12 +29,41 @@ use std::fmt;
 const MAX_DIGITS: u32 = 38;
 
 /// An exact Kubernetes quantity.
-#[derive(Clone, Copy, Debug, Eq, PartialEq, Hash)]
+#[derive(Clone, Copy, Debug)]
 pub struct Quantity {
     /// Significant digits, with trailing zeros moved into `exponent`.
     mantissa: i128,
     /// Power of ten the mantissa is scaled by.
     exponent: i32,
+    /// How it is written (not part of its value).
+    format: Format,
+}
+
+/// How a quantity is written, as `resource.Format` in Kubernetes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Decimal suffixes (`k`, `M`, `G`, `m`, …) or none.
+    #[default]
+    DecimalSi,
+    /// Binary suffixes (`Ki`, `Mi`, `Gi`, …).
+    BinarySi,
+    /// An exponent (`1e3`, `5E-3`).
+    DecimalExponent,
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Quantity) -> bool {
+        self.mantissa == other.mantissa && self.exponent == other.exponent
+    }
+}
+
+impl Eq for Quantity {}
+
+impl std::hash::Hash for Quantity {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.mantissa.hash(state);
+        self.exponent.hash(state);
+    }
 }
 
 /// Why a string is not a quantity.
@@ -53,6 +87,7 @@ impl Quantity {
     pub const ZERO: Quantity = Quantity {
         mantissa: 0,
         exponent: 0,
+        format: Format::DecimalSi,
     };
 
     /// The quantity `value`, a whole number.
@@ -113,7 +148,27 @@ impl Quantity {
         } else {
             value.mul_pow10(power)
         };
-        scaled.ok_or_else(|| syntax("out of range"))
+        let format = if base == 2 {
+            Format::BinarySi
+        } else if suffix.starts_with(['e', 'E']) {
+            Format::DecimalExponent
+        } else {
+            Format::DecimalSi
+        };
+        scaled
+            .map(|q| q.with_format(format))
+            .ok_or_else(|| syntax("out of range"))
+    }
+
+    /// The format it is written in.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The same value, written in `format`.
+    pub fn with_format(mut self, format: Format) -> Quantity {
+        self.format = format;
+        self
     }
 
     fn normalized(mut mantissa: i128, mut exponent: i32) -> Quantity {
@@ -124,7 +179,11 @@ impl Quantity {
             mantissa /= 10;
             exponent += 1;
         }
-        Quantity { mantissa, exponent }
+        Quantity {
+            mantissa,
+            exponent,
+            format: Format::DecimalSi,
+        }
     }
 
     fn mul_pow10(self, power: i32) -> Option<Quantity> {
@@ -162,21 +221,28 @@ impl Quantity {
         self.mantissa as f64 * 10f64.powi(self.exponent)
     }
 
-    /// `self + other`, exactly.
+    /// `self + other`, exactly, in `self`'s format (`other`'s when `self`
+    /// is zero), as `Quantity.Add` does.
     pub fn checked_add(&self, other: &Quantity) -> Result<Quantity, QuantityError> {
         let (a, b, exponent) = align(self, other).ok_or(QuantityError::Overflow)?;
         let sum = a.checked_add(b).ok_or(QuantityError::Overflow)?;
         if digit_count(sum) > MAX_DIGITS {
             return Err(QuantityError::Overflow);
         }
-        Ok(Quantity::normalized(sum, exponent))
+        let format = if self.mantissa == 0 {
+            other.format
+        } else {
+            self.format
+        };
+        Ok(Quantity::normalized(sum, exponent).with_format(format))
     }
 
-    /// `self - other`, exactly.
+    /// `self - other`, exactly, formatted as [`checked_add`](Self::checked_add).
     pub fn checked_sub(&self, other: &Quantity) -> Result<Quantity, QuantityError> {
         self.checked_add(&Quantity {
             mantissa: -other.mantissa,
             exponent: other.exponent,
+            format: other.format,
         })
     }
 

@@ -6,12 +6,14 @@ use super::*;
 impl Search<'_, '_> {
     /// Checks availability, counters, taints, constraints and capacity of one
     /// selectable candidate, and records it as allocated to the request.
+    /// `nth` is the position of the device within its request.
     pub(super) fn allocate_device(
         &mut self,
         c: usize,
         r: usize,
         s: usize,
         candidate: usize,
+        nth: usize,
         must: bool,
     ) -> Result<Option<Undo>, Stop> {
         let spec = self.spec(c, r, s);
@@ -25,8 +27,14 @@ impl Search<'_, '_> {
         if !spec.admin_access && self.in_use(candidate) {
             return Ok(None);
         }
-        let consumes = !device.consumes_counters.is_empty();
-        if consumes && (!features.partitionable_devices || !self.take_counters(candidate)) {
+        if !device.consumes_counters.is_empty() && !features.partitionable_devices {
+            return Ok(None);
+        }
+        // A further share of a device already in use draws no counters.
+        let skip =
+            multi && features.rules().shares_skip_counters && self.capacity_in_use(candidate);
+        let consumes = !device.consumes_counters.is_empty() && !skip;
+        if consumes && !self.take_counters(candidate) {
             return Ok(None);
         }
         let mut undo = Undo {
@@ -35,10 +43,16 @@ impl Search<'_, '_> {
             constraints: Vec::new(),
             exclusive: false,
             capacity: None,
+            capacity_existed: false,
             counters: consumes,
             pushed: false,
         };
-        if features.device_taints && !all_tolerated(&device.taints, &spec.tolerations) {
+        let known_effects_only = features.release.taint_effect_none();
+        let leak = features.rules().counters_leak_on_rejection;
+        if features.device_taints
+            && !all_tolerated(&device.taints, &spec.tolerations, known_effects_only)
+        {
+            undo.counters &= !leak;
             self.undo(undo);
             return Ok(None);
         }
@@ -48,6 +62,7 @@ impl Search<'_, '_> {
                 continue;
             }
             if constraint.check(device).is_err() {
+                undo.counters &= !leak;
                 self.undo(undo);
                 if must {
                     return Err(Stop::Fatal(format!(
@@ -59,24 +74,32 @@ impl Search<'_, '_> {
                 }
                 return Ok(None);
             }
-            constraint.add(device);
+            constraint.add(spec.base_name(), device);
             undo.constraints.push(i);
         }
         let mut consumed = None;
         if features.consumable_capacity {
-            let fitting = capacity::consumption(device, &spec.capacity).filter(|amount| {
-                capacity::fits(
-                    device,
-                    amount,
-                    self.ctx.shared[candidate],
-                    self.allocating_capacity.get(&candidate),
-                )
+            let step_format = features.rules().rounding_keeps_step_format;
+            let checked = self.capacity_checked_device(candidate, nth);
+            let fits = checked.is_some_and(|k| {
+                let other = self.ctx.candidates[k].device();
+                capacity::consumption(other, &spec.capacity, step_format).is_some_and(|amount| {
+                    capacity::fits(
+                        other,
+                        &amount,
+                        self.ctx.shared[k],
+                        self.allocating_capacity.get(&k),
+                    )
+                })
             });
-            let Some(amount) = fitting else {
+            let amount = capacity::consumption(device, &spec.capacity, step_format);
+            let Some(amount) = amount.filter(|_| fits) else {
+                undo.counters &= !leak;
                 self.undo(undo);
                 return Ok(None);
             };
             if multi {
+                undo.capacity_existed = self.allocating_capacity.contains_key(&candidate);
                 capacity::add_into(
                     self.allocating_capacity.entry(candidate).or_default(),
                     &amount,
@@ -88,6 +111,8 @@ impl Search<'_, '_> {
         if !multi {
             self.allocating.entry(candidate).or_default().push(c);
             undo.exclusive = true;
+        } else if features.rules().share_counters_leak_on_backtrack {
+            undo.counters = false;
         }
         self.picked[c].push(Picked {
             request: r,
@@ -97,6 +122,18 @@ impl Search<'_, '_> {
         });
         undo.pushed = true;
         Ok(Some(undo))
+    }
+
+    /// The candidate whose capacity is checked when taking `candidate` as
+    /// device `nth` of its request: itself, or in 1.34 the device of the
+    /// same slice at position `nth` (none when the slice has fewer devices:
+    /// upstream fails there).
+    fn capacity_checked_device(&self, candidate: usize, nth: usize) -> Option<usize> {
+        if !self.ctx.features.rules().capacity_recheck_by_position {
+            return Some(candidate);
+        }
+        let cand = self.ctx.candidates[candidate];
+        (nth < cand.slice.devices.len()).then(|| candidate - cand.index + nth)
     }
 
     pub(super) fn undo(&mut self, undo: Undo) {
@@ -109,10 +146,14 @@ impl Search<'_, '_> {
         {
             claims.remove(pos);
         }
-        if let Some(amount) = &undo.capacity
-            && let Some(total) = self.allocating_capacity.get_mut(&undo.candidate)
-        {
-            capacity::sub_from(total, amount);
+        if let Some(amount) = &undo.capacity {
+            // The entry itself says "capacity in use" (a further share
+            // skips counters): drop it with the share that made it.
+            if !undo.capacity_existed {
+                self.allocating_capacity.remove(&undo.candidate);
+            } else if let Some(total) = self.allocating_capacity.get_mut(&undo.candidate) {
+                capacity::sub_from(total, amount);
+            }
         }
         if undo.counters {
             self.release_counters(undo.candidate);
@@ -126,10 +167,12 @@ impl Search<'_, '_> {
     /// counter set of its pool would be overdrawn.
     pub(super) fn take_counters(&mut self, candidate: usize) -> bool {
         let cand = self.ctx.candidates[candidate];
-        let available = &self.ctx.pools[cand.pool].counters;
+        let pool = &self.ctx.pools[cand.pool];
+        let available = &pool.counters;
         let consumed = &mut self.consumed_counters[cand.pool];
         for use_ in &cand.device().consumes_counters {
-            let set = consumed.entry(use_.counter_set.clone()).or_default();
+            let key = pool.counter_key(cand.slice, &use_.counter_set);
+            let set = consumed.entry(key).or_default();
             capacity::add_into(set, &use_.counters);
         }
         let fits = available.iter().all(|(name, counters)| {
@@ -148,9 +191,10 @@ impl Search<'_, '_> {
 
     pub(super) fn release_counters(&mut self, candidate: usize) {
         let cand = self.ctx.candidates[candidate];
+        let pool = &self.ctx.pools[cand.pool];
         let consumed = &mut self.consumed_counters[cand.pool];
         for use_ in &cand.device().consumes_counters {
-            if let Some(set) = consumed.get_mut(&use_.counter_set) {
+            if let Some(set) = consumed.get_mut(&pool.counter_key(cand.slice, &use_.counter_set)) {
                 capacity::sub_from(set, &use_.counters);
             }
         }

@@ -19,51 +19,76 @@ impl Search<'_, '_> {
     }
 
     /// Class selectors, request selectors and per-device node selection.
-    pub(crate) fn selectable(&mut self, c: usize, r: usize, s: usize, candidate: usize) -> bool {
-        if let Some(&known) = self.match_cache.get(&(c, r, s, candidate)) {
-            return known;
-        }
-        let spec = self.spec(c, r, s);
-        let matches = self.class_matches(spec, candidate) && self.request_matches(spec, candidate);
-        self.match_cache.insert((c, r, s, candidate), matches);
-        matches
+    /// A CEL runtime error aborts the allocation, as upstream's does: the
+    /// outcome then depends on whether the search met the device.
+    pub(crate) fn selectable(
+        &mut self,
+        c: usize,
+        r: usize,
+        s: usize,
+        candidate: usize,
+    ) -> Result<bool, Stop> {
+        self.selectable_filed_as(c, r, s, s, candidate)
     }
 
-    pub(crate) fn class_matches(&mut self, spec: &RequestSpec, candidate: usize) -> bool {
+    /// [`selectable`](Self::selectable) for alternative `s`, with the
+    /// result remembered under alternative `key` (upstream's off-by-one of
+    /// 1.34 and 1.35, see `Rules::subrequest_checks_off_by_one`).
+    pub(crate) fn selectable_filed_as(
+        &mut self,
+        c: usize,
+        r: usize,
+        s: usize,
+        key: usize,
+        candidate: usize,
+    ) -> Result<bool, Stop> {
+        if let Some(&known) = self.match_cache.get(&(c, r, key, candidate)) {
+            return Ok(known);
+        }
         let device = self.ctx.candidates[candidate].device();
         if device.has_binding_conditions && !self.ctx.features.binding_conditions() {
-            return false;
+            return Ok(false);
         }
-        self.eval_all(
-            &spec.class_selectors,
-            candidate,
-            &format!(
-                "class {}",
-                spec.class.metadata.name.as_deref().unwrap_or("")
-            ),
-        )
+        let spec = self.spec(c, r, s);
+        let matches =
+            self.class_matches(c, spec, candidate)? && self.request_matches(c, spec, candidate)?;
+        self.match_cache.insert((c, r, key, candidate), matches);
+        Ok(matches)
     }
 
-    pub(crate) fn request_matches(&mut self, spec: &RequestSpec, candidate: usize) -> bool {
-        if !self.eval_all(
-            &spec.selectors,
-            candidate,
-            &format!("request {}", spec.full_name()),
-        ) {
-            return false;
+    pub(crate) fn class_matches(
+        &mut self,
+        _claim: usize,
+        spec: &RequestSpec,
+        candidate: usize,
+    ) -> Result<bool, Stop> {
+        let device = self.ctx.candidates[candidate].device();
+        if device.has_binding_conditions && !self.ctx.features.binding_conditions() {
+            return Ok(false);
+        }
+        let owner = format!(
+            "class {}",
+            spec.class.metadata.name.as_deref().unwrap_or("")
+        );
+        self.eval_all(&spec.class_selectors, candidate, &owner)
+    }
+
+    pub(crate) fn request_matches(
+        &mut self,
+        c: usize,
+        spec: &RequestSpec,
+        candidate: usize,
+    ) -> Result<bool, Stop> {
+        let owner = format!("claim {}", self.claims[c].label);
+        if !self.eval_all(&spec.selectors, candidate, &owner)? {
+            return Ok(false);
         }
         let cand = self.ctx.candidates[candidate];
         if !cand.slice.per_device {
-            return true;
+            return Ok(true);
         }
-        match selection_matches(&cand.device().node, &self.ctx.node) {
-            Ok(m) => m,
-            Err(e) => {
-                self.cel_errors
-                    .insert(format!("device {}: {e}", cand.device().name));
-                false
-            }
-        }
+        selection_matches(&cand.device().node, &self.ctx.node)
+            .map_err(|e| Stop::Fatal(format!("device {}: {e}", cand.device().name)))
     }
 
     pub(super) fn eval_all(
@@ -71,22 +96,43 @@ impl Search<'_, '_> {
         selectors: &[std::sync::Arc<crate::cel::Selector>],
         candidate: usize,
         owner: &str,
-    ) -> bool {
-        let device = self.ctx.candidates[candidate].device();
+    ) -> Result<bool, Stop> {
+        let cand = self.ctx.candidates[candidate];
+        let device = cand.device();
         for (i, selector) in selectors.iter().enumerate() {
             match selector.matches(device, self.ctx.features.consumable_capacity) {
                 Ok(true) => {}
-                Ok(false) => return false,
+                Ok(false) => return Ok(false),
                 Err(e) => {
-                    self.cel_errors.insert(format!(
-                        "{owner}, selector #{i}, device {}: {e}",
-                        device.name
-                    ));
-                    return false;
+                    return Err(Stop::Fatal(format!(
+                        "{owner}: selector #{i} on device {}/{}/{}: CEL runtime error: {e}",
+                        cand.slice.driver, cand.slice.pool, device.name
+                    )));
                 }
             }
         }
-        true
+        Ok(true)
+    }
+
+    /// Whether the request's capacity fits the device on its own, ignoring
+    /// shares already held or being allocated (consumable capacity only).
+    pub(crate) fn capacity_ok_alone(&self, spec: &RequestSpec, candidate: usize) -> bool {
+        if !self.ctx.features.consumable_capacity {
+            return true;
+        }
+        let device = self.ctx.candidates[candidate].device();
+        capacity::consumption(
+            device,
+            &spec.capacity,
+            self.ctx.features.rules().rounding_keeps_step_format,
+        )
+        .is_some_and(|consumed| capacity::fits(device, &consumed, None, None))
+    }
+
+    /// Whether a multi-allocation device already has capacity in use, by a
+    /// held share or one being allocated.
+    pub(crate) fn capacity_in_use(&self, candidate: usize) -> bool {
+        self.ctx.shared[candidate].is_some() || self.allocating_capacity.contains_key(&candidate)
     }
 
     /// Whether the request's capacity fits the device (consumable capacity only).
@@ -95,7 +141,11 @@ impl Search<'_, '_> {
             return true;
         }
         let device = self.ctx.candidates[candidate].device();
-        match capacity::consumption(device, &spec.capacity) {
+        match capacity::consumption(
+            device,
+            &spec.capacity,
+            self.ctx.features.rules().rounding_keeps_step_format,
+        ) {
             Some(consumed) => capacity::fits(
                 device,
                 &consumed,

@@ -3,7 +3,7 @@
 //! order, backtracking on failure; the first complete solution wins.
 //! `firstAvailable` alternatives are tried in order for each request.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use crate::capacity::{self, Consumption};
 use crate::constraint::ConstraintState;
@@ -34,8 +34,12 @@ pub(crate) struct Picked {
 pub(crate) enum Stop {
     /// The step budget ran out.
     Budget,
-    /// Upstream aborts the allocation with this error.
+    /// Upstream aborts the allocation with this error (invalid input).
     Fatal(String),
+    /// Upstream fails this node only, with this message.
+    NodeFailure(String),
+    /// The per-claim result limit would be passed (see `allocate_one`).
+    ResultLimit,
 }
 
 /// What `allocate_device` changed, to be undone on backtracking.
@@ -45,6 +49,8 @@ struct Undo {
     constraints: Vec<usize>,
     exclusive: bool,
     capacity: Option<Consumption>,
+    /// The device had capacity being allocated before this share.
+    capacity_existed: bool,
     counters: bool,
     pushed: bool,
 }
@@ -62,12 +68,11 @@ pub(crate) struct Search<'c, 'a> {
     pub picked: Vec<Vec<Picked>>,
     pub selected_sub: HashMap<(usize, usize), usize>,
     pub steps: u64,
-    /// CEL runtime errors met (the device did not match).
-    pub cel_errors: BTreeSet<String>,
 }
 
 impl<'c, 'a> Search<'c, 'a> {
     pub(crate) fn new(ctx: &'c NodeContext<'a>, claims: &'c [ClaimPlan]) -> Search<'c, 'a> {
+        let per_request = ctx.features.rules().distinct_per_request;
         Search {
             ctx,
             claims,
@@ -80,7 +85,7 @@ impl<'c, 'a> Search<'c, 'a> {
                     c.constraints
                         .iter()
                         .cloned()
-                        .map(ConstraintState::new)
+                        .map(|spec| ConstraintState::new(spec, per_request))
                         .collect()
                 })
                 .collect(),
@@ -89,14 +94,31 @@ impl<'c, 'a> Search<'c, 'a> {
             picked: vec![Vec::new(); claims.len()],
             selected_sub: HashMap::new(),
             steps: 0,
-            cel_errors: BTreeSet::new(),
         }
     }
 
     /// Runs the search; `Ok(true)` when every claim got its devices.
     pub(crate) fn run(&mut self) -> Result<bool, Stop> {
         self.prepare_all_mode()?;
-        self.allocate_one(0, 0, 0, 0, false)
+        // Upstream starts the search with a fresh cache of selector results.
+        self.match_cache.clear();
+        self.check_claim_limits()?;
+        let found = match self.allocate_one(0, 0, 0, 0, false, 0) {
+            // Not caught by a prioritized list or an earlier claim: upstream
+            // returns it as an error.
+            Err(Stop::ResultLimit) => {
+                return Err(Stop::Fatal("allocation max size exceeded".into()));
+            }
+            other => other?,
+        };
+        let rules = self.ctx.features.rules();
+        if !found && rules.skip_unusable_pools && self.ctx.pools.iter().any(|p| p.invalid.is_some())
+        {
+            return Err(Stop::NodeFailure(
+                "invalid resource pools were encountered".into(),
+            ));
+        }
+        Ok(found)
     }
 
     pub(crate) fn spec(&self, claim: usize, request: usize, sub: usize) -> &'c RequestSpec {
@@ -130,9 +152,27 @@ impl<'c, 'a> Search<'c, 'a> {
                             pool.key.1
                         )));
                     }
-                    let devices = (0..self.ctx.candidates.len())
-                        .filter(|&i| self.selectable(c, r, s, i) && self.capacity_ok(spec, i))
-                        .collect();
+                    let rules = self.ctx.features.rules();
+                    let static_only = rules.all_mode_static_capacity;
+                    let key = if rules.subrequest_checks_off_by_one && plan.is_prioritized() {
+                        s.saturating_sub(1)
+                    } else {
+                        s
+                    };
+                    let mut devices = Vec::new();
+                    for i in 0..self.ctx.candidates.len() {
+                        if !self.selectable_filed_as(c, r, s, key, i)? {
+                            continue;
+                        }
+                        let fits = if static_only {
+                            self.capacity_ok_alone(spec, i)
+                        } else {
+                            self.capacity_ok(spec, i)
+                        };
+                        if fits {
+                            devices.push(i);
+                        }
+                    }
                     self.all_devices.insert((c, r, s), devices);
                 }
             }
@@ -140,6 +180,44 @@ impl<'c, 'a> Search<'c, 'a> {
         Ok(())
     }
 
+    /// Upstream refuses a claim whose requests need more devices than a
+    /// result holds even with the smallest alternatives (`All` counting the
+    /// devices it would take).
+    fn check_claim_limits(&self) -> Result<(), Stop> {
+        for (c, claim) in self.claims.iter().enumerate() {
+            let mut total = 0usize;
+            for (r, plan) in claim.requests.iter().enumerate() {
+                let least = plan
+                    .alternatives()
+                    .iter()
+                    .enumerate()
+                    .map(|(s, spec)| match spec.mode {
+                        Mode::ExactCount(n) => n,
+                        Mode::All => self.all_devices.get(&(c, r, s)).map_or(0, Vec::len),
+                    })
+                    .min()
+                    .unwrap_or(0);
+                total = total.saturating_add(least);
+            }
+            if total > ALLOCATION_RESULTS_MAX_SIZE {
+                return Err(Stop::Fatal(format!(
+                    "claim {}: number of requested devices {total} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}",
+                    claim.label
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocates device `d` of request `r` (alternative `s`) of claim `c`
+    /// and everything after it; `start` is the first candidate to try when
+    /// the request's devices are taken in order.
+    ///
+    /// Going past the per-claim result limit raises [`Stop::ResultLimit`],
+    /// as upstream's `errAllocationResultMaxSizeExceeded`: it unwinds past
+    /// the device choices of earlier requests (no other device can help)
+    /// to the nearest prioritized list, which tries its next subrequest, or
+    /// to the previous claim, which tries its other devices.
     fn allocate_one(
         &mut self,
         c: usize,
@@ -147,6 +225,7 @@ impl<'c, 'a> Search<'c, 'a> {
         s: usize,
         d: usize,
         in_sub: bool,
+        start: usize,
     ) -> Result<bool, Stop> {
         self.steps += 1;
         if self.steps > STEP_LIMIT {
@@ -156,27 +235,56 @@ impl<'c, 'a> Search<'c, 'a> {
             return Ok(true);
         };
         let Some(plan) = claim.requests.get(r) else {
-            return self.allocate_one(c + 1, 0, 0, 0, false);
+            return match self.allocate_one(c + 1, 0, 0, 0, false, 0) {
+                Err(Stop::ResultLimit) => Ok(false),
+                other => other,
+            };
         };
         if matches!(plan, RequestPlan::FirstAvailable(_)) && !in_sub {
-            for sub in 0..plan.alternatives().len() {
-                if self.allocate_one(c, r, sub, 0, true)? {
+            return self.allocate_first_available(c, r);
+        }
+        let spec = self.spec(c, r, s);
+        let needed = match spec.mode {
+            Mode::All => {
+                let all = &self.all_devices[&(c, r, s)];
+                if all.is_empty() {
+                    return Ok(false);
+                }
+                all.len()
+            }
+            Mode::ExactCount(n) => n,
+        };
+        if d >= needed {
+            return self.allocate_one(c, r + 1, 0, 0, false, 0);
+        }
+        if needed - d > ALLOCATION_RESULTS_MAX_SIZE.saturating_sub(self.picked[c].len()) {
+            return Err(Stop::ResultLimit);
+        }
+        match spec.mode {
+            Mode::All => self.allocate_all(c, r, s, d, in_sub),
+            Mode::ExactCount(_) => self.allocate_exact(c, r, s, d, in_sub, start),
+        }
+    }
+
+    /// Tries each subrequest in turn; the result limit of all of them
+    /// unwinds further.
+    fn allocate_first_available(&mut self, c: usize, r: usize) -> Result<bool, Stop> {
+        let mut all_over_limit = true;
+        for sub in 0..self.claims[c].requests[r].alternatives().len() {
+            match self.allocate_one(c, r, sub, 0, true, 0) {
+                Err(Stop::ResultLimit) => continue,
+                Ok(true) => {
                     self.selected_sub.insert((c, r), sub);
                     return Ok(true);
                 }
+                Ok(false) => all_over_limit = false,
+                Err(stop) => return Err(stop),
             }
-            return Ok(false);
         }
-        let spec = self.spec(c, r, s);
-        match spec.mode {
-            Mode::All => self.allocate_all(c, r, s, d, in_sub),
-            Mode::ExactCount(n) if d >= n => self.allocate_one(c, r + 1, 0, 0, false),
-            Mode::ExactCount(n) => {
-                if self.picked[c].len() + n - d > ALLOCATION_RESULTS_MAX_SIZE {
-                    return Ok(false);
-                }
-                self.allocate_exact(c, r, s, d, in_sub)
-            }
+        if all_over_limit {
+            Err(Stop::ResultLimit)
+        } else {
+            Ok(false)
         }
     }
 
@@ -188,24 +296,22 @@ impl<'c, 'a> Search<'c, 'a> {
         d: usize,
         in_sub: bool,
     ) -> Result<bool, Stop> {
-        let devices = &self.all_devices[&(c, r, s)];
-        if devices.is_empty() {
-            return Ok(false);
-        }
-        let Some(&candidate) = devices.get(d) else {
-            return self.allocate_one(c, r + 1, 0, 0, false);
-        };
-        if self.picked[c].len() + devices.len() - d > ALLOCATION_RESULTS_MAX_SIZE {
-            return Ok(false);
-        }
-        let Some(undo) = self.allocate_device(c, r, s, candidate, true)? else {
+        let candidate = self.all_devices[&(c, r, s)][d];
+        let Some(undo) = self.allocate_device(c, r, s, candidate, d, true)? else {
             return Ok(false);
         };
-        if self.allocate_one(c, r, s, d + 1, in_sub)? {
-            return Ok(true);
+        let next = if self.ctx.features.rules().all_subrequest_continues_as_first {
+            0
+        } else {
+            s
+        };
+        match self.allocate_one(c, r, next, d + 1, in_sub, 0) {
+            Ok(true) => Ok(true),
+            other => {
+                self.undo(undo);
+                other
+            }
         }
-        self.undo(undo);
-        Ok(false)
     }
 
     fn allocate_exact(
@@ -215,33 +321,47 @@ impl<'c, 'a> Search<'c, 'a> {
         s: usize,
         d: usize,
         in_sub: bool,
+        start: usize,
     ) -> Result<bool, Stop> {
         let spec = self.spec(c, r, s);
+        let rules = self.ctx.features.rules();
         for (p, range) in self.ctx.pool_ranges.iter().enumerate() {
             let pool = &self.ctx.pools[p];
+            if rules.skip_unusable_pools && (pool.incomplete || pool.invalid.is_some()) {
+                continue;
+            }
             if let Some(reason) = &pool.invalid {
                 return Err(Stop::Fatal(format!(
                     "pool {}/{} is invalid: {reason}",
                     pool.key.0, pool.key.1
                 )));
             }
-            for candidate in range.clone() {
+            let first = if rules.ordered_devices {
+                range.start.max(start)
+            } else {
+                range.start
+            };
+            for candidate in first..range.end {
                 if spec.admin_access && self.allocating_for_claim(candidate, c) {
                     continue;
                 }
                 if !spec.admin_access && self.in_use(candidate) {
                     continue;
                 }
-                if !self.selectable(c, r, s, candidate) || !self.capacity_ok(spec, candidate) {
+                if !self.selectable(c, r, s, candidate)? || !self.capacity_ok(spec, candidate) {
                     continue;
                 }
-                let Some(undo) = self.allocate_device(c, r, s, candidate, false)? else {
+                let Some(undo) = self.allocate_device(c, r, s, candidate, d, false)? else {
                     continue;
                 };
-                if self.allocate_one(c, r, s, d + 1, in_sub)? {
-                    return Ok(true);
+                match self.allocate_one(c, r, s, d + 1, in_sub, candidate + 1) {
+                    Ok(true) => return Ok(true),
+                    Ok(false) => self.undo(undo),
+                    Err(stop) => {
+                        self.undo(undo);
+                        return Err(stop);
+                    }
                 }
-                self.undo(undo);
             }
         }
         Ok(false)
