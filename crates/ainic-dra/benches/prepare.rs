@@ -28,12 +28,17 @@ const DEVICES: [&str; 8] = [
     "pf-0000-e4-00-0",
 ];
 
-fn seed_claim(api: &ApiServer, i: usize) -> ClaimRef {
+/// A claim allocated one of the node's PFs. `admin`: with admin access, so
+/// that more claims than the node has PFs can be prepared at once (the
+/// agent refuses a second exclusive claim on one device); the prepare
+/// path is the same.
+fn seed_claim(api: &ApiServer, i: usize, admin: bool) -> ClaimRef {
     let claim: ResourceClaim = serde_json::from_value(json!({
         "metadata": {"namespace": "default", "name": format!("bench-{i}")},
         "spec": {"devices": {"requests": []}},
         "status": {"allocation": {"devices": {"results": [
-            {"request": "nic", "driver": DRIVER, "pool": NODE, "device": DEVICES[i % DEVICES.len()]}
+            {"request": "nic", "driver": DRIVER, "pool": NODE, "device": DEVICES[i % DEVICES.len()],
+             "adminAccess": admin}
         ]}}},
     }))
     .unwrap();
@@ -72,7 +77,7 @@ async fn prepare_ok(kubelet: &DraPluginClient, claims: &[ClaimRef]) {
 async fn single(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, offset: usize) {
     let mut samples = Vec::with_capacity(rounds);
     for i in 0..rounds {
-        let claim = seed_claim(api, offset + i);
+        let claim = seed_claim(api, offset + i, false);
         let start = Instant::now();
         prepare_ok(kubelet, std::slice::from_ref(&claim)).await;
         samples.push(start.elapsed());
@@ -86,7 +91,7 @@ async fn concurrent(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, o
     let mut per_claim = Vec::new();
     for round in 0..rounds {
         let claims: Vec<ClaimRef> = (0..100)
-            .map(|i| seed_claim(api, offset + round * 100 + i))
+            .map(|i| seed_claim(api, offset + round * 100 + i, true))
             .collect();
         let start = Instant::now();
         let calls: Vec<_> = claims
@@ -140,6 +145,7 @@ async fn main() {
     let kubeconfig = tmp.path().join("kubeconfig");
     write_kubeconfig(&kubeconfig, &api.url());
     let registry = tmp.path().join("registry");
+    let started = Instant::now();
     let mut agent = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
         .args(["node", "--node-name", NODE, "--http-addr", ""])
         .arg("--sysfs-root")
@@ -162,6 +168,18 @@ async fn main() {
     let kubelet = KubeletSim::register_driver(&registry, DRIVER)
         .await
         .unwrap();
+    let registered = started.elapsed();
+    while api
+        .list::<k8s_openapi::api::resource::v1::ResourceSlice>()
+        .is_empty()
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    println!(
+        "agent start: registered with the kubelet after {:.1} ms, slices published after {:.1} ms",
+        registered.as_secs_f64() * 1e3,
+        started.elapsed().as_secs_f64() * 1e3
+    );
 
     // Warm-up: connections, caches, the first checkpoint file.
     single(&api, &kubelet, 20, 1_000_000).await;

@@ -136,12 +136,18 @@ async fn sigkill_in_the_middle_of_a_burst_then_retry_all() {
         "pf-0000-44-00-0",
         "pf-0000-64-00-0",
     ];
+    // More claims than devices, so with admin access: the agent refuses a
+    // second exclusive claim on one device.
     let claims: Vec<ClaimRef> = (0..24)
         .map(|i| {
-            world.claim(
-                &format!("c{i}"),
-                &[("nic", DRIVER, NODE, devices[i % 4])],
-                json!([]),
+            world.seed(
+                serde_json::from_value(json!({
+                    "metadata": {"namespace": "default", "name": format!("c{i}")},
+                    "spec": {"devices": {"requests": []}},
+                    "status": {"allocation": {"devices": {"results": [{"request": "nic",
+                        "driver": DRIVER, "pool": NODE, "device": devices[i % 4], "adminAccess": true}]}}},
+                }))
+                .unwrap(),
             )
         })
         .collect();

@@ -23,7 +23,7 @@ async fn podman_container_sees_the_devices_and_env_of_a_prepared_claim() {
     let claim = world.claim(
         "podman",
         &[("nic", DRIVER, NODE, "pf-0000-04-00-0")],
-        json!([nic_config("FromClaim", json!({"umad": true}))]),
+        json!([nic_config("FromClass", json!({"umad": true}))]),
     );
     let answer = kubelet
         .prepare_v1(std::slice::from_ref(&claim))

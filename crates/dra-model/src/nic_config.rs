@@ -7,6 +7,12 @@
 //! request, every entry of this driver that names the request (or names no
 //! request) applies: class entries first, then claim entries, each later
 //! field overriding an earlier one, so the claim wins.
+//!
+//! Except where that would widen access: fields that give a container more
+//! devices (`umad`, `issm`) are granted only by the class (admins control
+//! DeviceClasses; anyone who can create a claim controls its config). A
+//! claim may turn them off, or repeat what its class grants; a claim asking
+//! for one its class does not grant is an error naming the field.
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use serde::{Deserialize, Serialize};
@@ -88,6 +94,16 @@ pub enum NicConfigError {
         /// What serde said; names the offending field.
         error: serde_json::Error,
     },
+    /// A claim asks for device access its class does not grant.
+    #[error(
+        "FromClaim config for request {request:?} sets {field}: true, which only the DeviceClass may grant (its class does not); ask an admin for a class that grants {field}, or drop the field"
+    )]
+    WidensAccess {
+        /// The request being configured.
+        request: String,
+        /// The field (`umad`, `issm`).
+        field: &'static str,
+    },
     /// `apiVersion` or `kind` is not the NicConfig one.
     #[error(
         "unsupported config {api_version}/{kind} in {source_kind} config for request {request:?}: expected {API_VERSION}/{KIND}"
@@ -139,6 +155,7 @@ pub fn config_for_request(
     request: &str,
 ) -> Result<NicConfig, NicConfigError> {
     let mut effective = NicConfig::default();
+    let mut granted = NicConfig::default();
     for source in [SOURCE_CLASS, SOURCE_CLAIM] {
         for entry in configs.iter().filter(|c| c.source == source) {
             let Some(opaque) = entry.opaque.as_ref().filter(|o| o.driver == driver) else {
@@ -148,10 +165,36 @@ pub fn config_for_request(
                 continue;
             }
             let object = parse_entry(&opaque.parameters.0, source, request)?;
+            if source == SOURCE_CLAIM {
+                refuse_widening(&object, granted, request)?;
+            }
             effective = object.apply(effective);
+        }
+        if source == SOURCE_CLASS {
+            granted = effective;
         }
     }
     Ok(effective)
+}
+
+/// A claim's entry may not turn on access its class did not grant.
+fn refuse_widening(
+    object: &NicConfigObject,
+    granted: NicConfig,
+    request: &str,
+) -> Result<(), NicConfigError> {
+    for (field, asked, allowed) in [
+        ("umad", object.umad, granted.umad),
+        ("issm", object.issm, granted.issm),
+    ] {
+        if asked == Some(true) && !allowed {
+            return Err(NicConfigError::WidensAccess {
+                request: request.to_string(),
+                field,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn parse_entry(
@@ -240,16 +283,44 @@ mod tests {
     #[test]
     fn entries_for_other_requests_or_drivers_are_ignored() {
         let configs = vec![
+            entry(SOURCE_CLASS, D, &[], nic(json!({"issm": true}))),
             entry(SOURCE_CLAIM, D, &["other"], nic(json!({"umad": true}))),
             entry(SOURCE_CLAIM, "gpu.amd.com", &[], json!({"anything": 1})),
-            entry(SOURCE_CLAIM, D, &["nic"], nic(json!({"issm": true}))),
+            entry(SOURCE_CLAIM, D, &["nic"], nic(json!({"issm": false}))),
         ];
         let c = config_for_request(&configs, D, "nic/pf").unwrap();
         assert!(!c.umad);
         assert!(
-            c.issm,
+            !c.issm,
             "an entry naming the parent request applies to its subrequest"
         );
+    }
+
+    #[test]
+    fn a_claim_cannot_grant_itself_mad_or_sm_devices() {
+        for field in ["umad", "issm"] {
+            let configs = vec![entry(SOURCE_CLAIM, D, &[], nic(json!({ field: true })))];
+            let err = config_for_request(&configs, D, "nic")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("sets {field}: true")), "{err}");
+            assert!(err.contains("\"nic\""), "{err}");
+            // A class entry for another request grants nothing here.
+            let configs = vec![
+                entry(SOURCE_CLASS, D, &["other"], nic(json!({ field: true }))),
+                entry(SOURCE_CLAIM, D, &[], nic(json!({ field: true }))),
+            ];
+            assert!(config_for_request(&configs, D, "nic").is_err());
+        }
+    }
+
+    #[test]
+    fn a_claim_may_repeat_what_its_class_grants() {
+        let configs = vec![
+            entry(SOURCE_CLASS, D, &[], nic(json!({"umad": true}))),
+            entry(SOURCE_CLAIM, D, &[], nic(json!({"umad": true}))),
+        ];
+        assert!(config_for_request(&configs, D, "nic").unwrap().umad);
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! and its plugins talk.
 //!
 //! [`bind`] replaces a stale socket file left by a previous run (the kubelet
-//! never removes plugin sockets) and creates the parent directory;
+//! never removes plugin sockets), creates the parent directory, and leaves
+//! the socket readable and writable by its owner only (the kubelet runs as
+//! root, as does the agent; nobody else on the node may prepare claims);
 //! [`connect`] returns a tonic [`Channel`] that dials the socket path.
 
 use std::io;
@@ -35,6 +37,14 @@ pub enum UdsError {
     /// Binding the socket failed.
     #[error("failed to listen on socket {path}: {source}")]
     Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// What went wrong.
+        source: io::Error,
+    },
+    /// The socket's permissions could not be set.
+    #[error("failed to make socket {path} owner-only (mode 0600): {source}")]
+    Permissions {
         /// The socket path.
         path: PathBuf,
         /// What went wrong.
@@ -73,6 +83,13 @@ pub fn bind(path: &Path) -> Result<UnixListenerStream, UdsError> {
     let listener = UnixListener::bind(path).map_err(|source| UdsError::Bind {
         path: path.to_path_buf(),
         source,
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
+        UdsError::Permissions {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     Ok(UnixListenerStream::new(listener))
 }
@@ -132,6 +149,9 @@ mod tests {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"stale").unwrap();
         let incoming = bind(&path).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "socket mode {mode:o}");
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(RegistrationServer::new(Fixed))

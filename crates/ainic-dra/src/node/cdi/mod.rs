@@ -76,6 +76,14 @@ pub enum CdiError {
         /// PCI address.
         address: String,
     },
+    /// The kubelet named a claim UID that cannot be part of a file name.
+    #[error(
+        "claim UID {claim_uid:?} is not a Kubernetes UID (letters, digits and '-', 1 to 64 characters, starting with a letter or digit); refusing to use it in a file name"
+    )]
+    BadClaimUid {
+        /// What the kubelet sent.
+        claim_uid: String,
+    },
     /// The spec would be refused by a runtime.
     #[error("generated CDI spec for claim {claim_uid} is invalid: {reason}")]
     Invalid {
@@ -84,6 +92,14 @@ pub enum CdiError {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// Whether `uid` looks like a Kubernetes UID and so is safe in a file
+/// name (no `/`, no `..`, nothing a CDI name refuses).
+pub fn is_claim_uid(uid: &str) -> bool {
+    (1..=64).contains(&uid.len())
+        && uid.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
 }
 
 /// File name of a claim's spec.
@@ -111,6 +127,11 @@ pub fn build(
     rdma_cm: Option<&CharDevice>,
     dev_root: &Path,
 ) -> Result<ClaimSpec, CdiError> {
+    if !is_claim_uid(claim_uid) {
+        return Err(CdiError::BadClaimUid {
+            claim_uid: claim_uid.to_string(),
+        });
+    }
     let mut cdi_devices = Vec::with_capacity(devices.len());
     for d in devices {
         cdi_devices.push(cdi::Device {

@@ -172,7 +172,9 @@ fn a_nic_without_rdma_is_refused_by_name() {
 #[test]
 fn an_invalid_name_is_caught_by_validation_before_writing() {
     let dir = tempfile::tempdir().unwrap();
-    let err = build("bad uid!", &[attached(0, 0x0c)], None, dir.path())
+    let mut device = attached(0, 0x0c);
+    device.device = "bad name!".into();
+    let err = build(UID, &[device], None, dir.path())
         .unwrap_err()
         .to_string();
     assert!(err.contains("invalid"), "{err}");
@@ -182,4 +184,25 @@ fn an_invalid_name_is_caught_by_validation_before_writing() {
 fn file_names_map_back_to_claims() {
     assert_eq!(claim_of_file(&file_name("u-1")), Some("u-1"));
     assert_eq!(claim_of_file("other.json"), None);
+}
+
+#[test]
+fn a_claim_uid_that_is_not_a_uid_never_reaches_a_file_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in [
+        "../../etc/cron.d/x",
+        "",
+        "a/b",
+        "..",
+        ".hidden",
+        "x y",
+        &"a".repeat(65),
+    ] {
+        let err = build(bad, &[attached(0, 0x0c)], None, dir.path()).unwrap_err();
+        assert!(
+            matches!(err, CdiError::BadClaimUid { .. }),
+            "{bad:?}: {err}"
+        );
+    }
+    assert!(build(UID, &[attached(0, 0x0c)], None, dir.path()).is_ok());
 }

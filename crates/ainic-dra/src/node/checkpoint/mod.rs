@@ -63,8 +63,59 @@ pub struct PreparedDevice {
     /// Share of a multi-allocation device, when consumable capacity is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_id: Option<String>,
+    /// Allocated with admin access (monitoring beside the device's user).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
     /// Fully qualified CDI device IDs (`amd.com/ainic=<name>`).
     pub cdi_ids: Vec<String>,
+}
+
+/// Another prepared claim that holds a device exclusively.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "device {device} is already prepared for claim {other} ({other_uid}) and does not allow a second allocation (neither allocation is shared or has admin access); refusing it, as the allocation is wrong: unprepare the other claim first"
+)]
+pub struct ExclusiveConflict {
+    /// The device both claims name.
+    pub device: String,
+    /// `namespace/name` of the claim holding it.
+    pub other: String,
+    /// Its UID.
+    pub other_uid: String,
+}
+
+impl Checkpoint {
+    /// The first device of `devices` (about to be prepared for claim
+    /// `uid`) that another prepared claim already holds where one of the
+    /// two uses is exclusive: a device without a share that the result
+    /// does not open with admin access. Defence in depth: the scheduler
+    /// never allocates so, but a wrong allocation must not reach two
+    /// containers.
+    pub fn exclusive_conflict(
+        &self,
+        uid: &str,
+        devices: &[PreparedDevice],
+    ) -> Option<ExclusiveConflict> {
+        let exclusive = |d: &PreparedDevice| d.share_id.is_none() && !d.admin_access;
+        for (other_uid, other) in self.claims.iter().filter(|(u, _)| *u != uid) {
+            for mine in devices.iter().filter(|d| !d.admin_access) {
+                let clash = other.devices.iter().any(|theirs| {
+                    theirs.device == mine.device
+                        && theirs.pool == mine.pool
+                        && !theirs.admin_access
+                        && (exclusive(mine) || exclusive(theirs))
+                });
+                if clash {
+                    return Some(ExclusiveConflict {
+                        device: mine.device.clone(),
+                        other: format!("{}/{}", other.namespace, other.name),
+                        other_uid: other_uid.clone(),
+                    });
+                }
+            }
+        }
+        None
+    }
 }
 
 /// A checkpoint file that could not be read or written.
@@ -173,6 +224,54 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
 mod tests {
     use super::*;
 
+    fn used(device: &str, share: Option<&str>, admin: bool) -> PreparedDevice {
+        PreparedDevice {
+            requests: vec!["nic".into()],
+            pool: "node-a".into(),
+            device: device.into(),
+            share_id: share.map(str::to_string),
+            admin_access: admin,
+            cdi_ids: vec![],
+        }
+    }
+
+    #[test]
+    fn only_exclusive_uses_of_one_device_conflict() {
+        let mut c = Checkpoint::default();
+        let holder = |devices| PreparedClaim {
+            namespace: "ns".into(),
+            name: "held".into(),
+            devices,
+            cdi_file: String::new(),
+            cdi_spec: String::new(),
+        };
+        c.claims
+            .insert("u1".into(), holder(vec![used("pf-0", None, false)]));
+        c.claims
+            .insert("u2".into(), holder(vec![used("pf-1", Some("s1"), false)]));
+        let conflict = |d: PreparedDevice| c.exclusive_conflict("new", &[d]);
+        assert_eq!(conflict(used("pf-0", None, false)).unwrap().other_uid, "u1");
+        assert_eq!(
+            conflict(used("pf-0", Some("s9"), false)).unwrap().other_uid,
+            "u1"
+        );
+        assert!(conflict(used("pf-0", None, true)).is_none(), "admin access");
+        assert!(
+            conflict(used("pf-1", Some("s2"), false)).is_none(),
+            "two shares"
+        );
+        assert!(
+            conflict(used("pf-1", None, false)).is_some(),
+            "exclusive over a share"
+        );
+        assert!(conflict(used("pf-2", None, false)).is_none());
+        // A claim never conflicts with itself (a repeated prepare).
+        assert!(
+            c.exclusive_conflict("u1", &[used("pf-0", None, false)])
+                .is_none()
+        );
+    }
+
     fn sample() -> Checkpoint {
         let mut c = Checkpoint::default();
         c.claims.insert(
@@ -181,6 +280,7 @@ mod tests {
                 namespace: "ns".into(),
                 name: "claim".into(),
                 devices: vec![PreparedDevice {
+                    admin_access: false,
                     requests: vec!["nic".into()],
                     pool: "node-a".into(),
                     device: "pf-0000-0c-00-0".into(),

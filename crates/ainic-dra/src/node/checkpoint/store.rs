@@ -9,7 +9,21 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::{Checkpoint, CheckpointError, FILE_NAME, PreparedClaim, encode, load, write_durably};
+use super::{
+    Checkpoint, CheckpointError, ExclusiveConflict, FILE_NAME, PreparedClaim, encode, load,
+    write_durably,
+};
+
+/// Why [`CheckpointStore::insert_exclusive`] recorded nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum InsertError {
+    /// Another claim holds a device exclusively.
+    #[error(transparent)]
+    Conflict(#[from] ExclusiveConflict),
+    /// The file could not be written.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
 
 /// The checkpoint of one node agent.
 #[derive(Debug)]
@@ -80,6 +94,34 @@ impl CheckpointStore {
         result
     }
 
+    /// Records `claim` unless another prepared claim already holds one of
+    /// its devices exclusively (checked and recorded under one lock, so
+    /// two claims prepared at once cannot both pass), then waits until it
+    /// is on disk.
+    pub async fn insert_exclusive(
+        &self,
+        uid: &str,
+        claim: PreparedClaim,
+    ) -> Result<(), InsertError> {
+        let mut conflict = None;
+        let generation = self.mutate(|c| {
+            conflict = c.exclusive_conflict(uid, &claim.devices);
+            if conflict.is_none() {
+                c.claims.insert(uid.to_string(), claim);
+            }
+        });
+        if let Some(conflict) = conflict {
+            return Err(InsertError::Conflict(conflict));
+        }
+        let result = self.persist(generation).await;
+        if result.is_err() {
+            self.mutate(|c| {
+                c.claims.remove(uid);
+            });
+        }
+        Ok(result?)
+    }
+
     /// Forgets the claim and waits until that is on disk; returns what was
     /// recorded.
     pub async fn remove(&self, uid: &str) -> Result<Option<PreparedClaim>, CheckpointError> {
@@ -147,6 +189,7 @@ mod tests {
             namespace: "ns".into(),
             name: name.into(),
             devices: vec![PreparedDevice {
+                admin_access: false,
                 requests: vec!["nic".into()],
                 pool: "node-a".into(),
                 device: "pf-0000-0c-00-0".into(),

@@ -169,14 +169,16 @@ impl Driver {
                 pool: self.parts.scope.pool.clone(),
                 device: p.attached.device.clone(),
                 share_id: p.attached.share.as_ref().map(|s| s.id.clone()),
+                admin_access: p.admin_access,
                 cdi_ids: vec![id.clone()],
             })
             .collect();
         Ok((spec, devices))
     }
 
-    /// Writes the CDI spec, then records the claim in the checkpoint; on a
-    /// checkpoint failure the spec is removed again.
+    /// Writes the CDI spec, then records the claim in the checkpoint
+    /// unless another claim holds one of its devices exclusively; when it
+    /// is not recorded the spec is removed again.
     async fn commit(
         &self,
         claim: &ClaimRef,
@@ -193,7 +195,7 @@ impl Driver {
             cdi_file: spec.file_name.clone(),
             cdi_spec: spec.content,
         };
-        if let Err(e) = self.parts.store.insert(&claim.uid, record).await {
+        if let Err(e) = self.parts.store.insert_exclusive(&claim.uid, record).await {
             if let Err(cleanup) = self.parts.cdi.remove(&spec.file_name) {
                 tracing::error!(error = %cleanup, "failed to remove CDI spec after checkpoint failure");
             }

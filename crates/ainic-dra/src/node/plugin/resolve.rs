@@ -25,6 +25,8 @@ pub struct Scope {
 pub struct PlannedDevice {
     /// The request the device was allocated for.
     pub request: String,
+    /// The result grants admin access (a monitor beside the device's user).
+    pub admin_access: bool,
     /// What to give the container.
     pub attached: AttachedDevice,
 }
@@ -163,6 +165,7 @@ pub fn plan(
                 })?;
             Ok(PlannedDevice {
                 request: r.request.clone(),
+                admin_access: r.admin_access == Some(true),
                 attached: AttachedDevice {
                     device: r.device.clone(),
                     nic: (*nic).clone(),

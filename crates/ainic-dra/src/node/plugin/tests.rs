@@ -156,3 +156,67 @@ async fn concurrent_prepares_of_one_claim_do_the_work_once() {
     assert!(results.windows(2).all(|w| w[0] == w[1]));
     assert_eq!(h.claims.gets(), 1);
 }
+
+fn with_admin_access(
+    mut c: k8s_openapi::api::resource::v1::ResourceClaim,
+) -> k8s_openapi::api::resource::v1::ResourceClaim {
+    let results = c.status.as_mut().unwrap().allocation.as_mut().unwrap();
+    for r in results
+        .devices
+        .as_mut()
+        .unwrap()
+        .results
+        .iter_mut()
+        .flatten()
+    {
+        r.admin_access = Some(true);
+    }
+    c
+}
+
+#[tokio::test]
+async fn an_exclusive_device_is_never_prepared_for_two_claims() {
+    let h = harness();
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    h.claims
+        .put(claim("b", "u2", &[("nic", D, "node-a", PF0)], json!([])));
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    let out = h.driver.prepare(&[r("b", "u2")]).await;
+    let err = out["u2"].as_ref().unwrap_err();
+    assert!(err.contains(PF0) && err.contains("ns/a (u1)"), "{err}");
+    assert_eq!(
+        cdi_files(&h),
+        ["ainic.amd.com-u1.json"],
+        "b's spec was removed"
+    );
+    assert!(h.driver.parts.store.get("u2").is_none());
+
+    // A monitor with admin access may open it beside its user.
+    h.claims.put(with_admin_access(claim(
+        "mon",
+        "u3",
+        &[("nic", D, "node-a", PF0)],
+        json!([]),
+    )));
+    assert!(h.driver.prepare(&[r("mon", "u3")]).await["u3"].is_ok());
+
+    // Once a is unprepared, b gets the device.
+    assert!(h.driver.unprepare(&[r("a", "u1")]).await["u1"].is_ok());
+    assert!(h.driver.prepare(&[r("b", "u2")]).await["u2"].is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_claims_for_one_exclusive_device_at_once_get_it_once() {
+    for round in 0..20 {
+        let h = harness();
+        let (a, b) = (format!("a{round}"), format!("b{round}"));
+        h.claims
+            .put(claim(&a, "u1", &[("nic", D, "node-a", PF0)], json!([])));
+        h.claims
+            .put(claim(&b, "u2", &[("nic", D, "node-a", PF0)], json!([])));
+        let out = h.driver.prepare(&[r(&a, "u1"), r(&b, "u2")]).await;
+        assert_eq!(out.values().filter(|o| o.is_ok()).count(), 1, "{out:?}");
+        assert_eq!(cdi_files(&h).len(), 1);
+    }
+}

@@ -83,6 +83,23 @@ fn config_applies_per_request_and_unknown_fields_fail() {
 }
 
 #[test]
+fn a_claim_asking_for_mad_devices_its_class_does_not_grant_is_refused() {
+    let c = claim(
+        "c",
+        "u1",
+        &[("a", D, "node-a", PF0)],
+        json!([nic_config("FromClaim", json!({"issm": true}))]),
+    );
+    let err = plan(&c, "u1", &scope(), &fixtures::inventory())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ns/c") && err.contains("sets issm: true"),
+        "{err}"
+    );
+}
+
+#[test]
 fn netdev_mode_is_refused_clearly() {
     let c = claim(
         "c",
