@@ -248,7 +248,7 @@ fn exit_2_for_every_kind_of_invalid_input() {
         ("kind: ResourceClaim\n  bad: [".into(), "invalid YAML"),
         (
             pair_claim("c", "true").replace("deviceClassName: nic", "deviceClassName: missing"),
-            "device class missing not found",
+            "could not retrieve device class missing: not found",
         ),
         (pair_claim("c", "device.driver =="), "does not compile"),
         (
@@ -266,7 +266,7 @@ fn exit_2_for_every_kind_of_invalid_input() {
         ),
         (
             pair_claim("c", "true").replace("[gpu, nic]", "[gpu, nic]\n    - requests: [gpu]"),
-            "needs exactly one of matchAttribute or distinctAttribute",
+            "empty constraint (unsupported constraint type?)",
         ),
     ];
     for (text, needle) in cases {

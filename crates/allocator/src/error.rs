@@ -15,8 +15,8 @@ pub enum InputError {
         /// What is wrong.
         reason: String,
     },
-    /// A request names a DeviceClass that does not exist.
-    #[error("claim {claim}, request {request}: device class {class} not found")]
+    /// A request names a DeviceClass that does not exist (upstream's words).
+    #[error("claim {claim}, request {request}: could not retrieve device class {class}: not found")]
     UnknownClass {
         /// Claim (namespace/name).
         claim: String,
@@ -34,6 +34,25 @@ pub enum InputError {
         index: usize,
         /// The compile error.
         source: CompileError,
+    },
+    /// A selector has no CEL expression (upstream's words).
+    #[error("{owner}, selector #{index}: CEL expression empty (unsupported selector type?)")]
+    EmptySelector {
+        /// `class NAME` or `claim NS/NAME, request R`.
+        owner: String,
+        /// Position of the selector.
+        index: usize,
+    },
+    /// A part of a claim (`request R`, `subrequest S`, `constraint #I`) is
+    /// malformed or uses a feature whose gate is off; upstream's form.
+    #[error("claim {claim}, {part}: {reason}")]
+    ClaimPart {
+        /// Claim (namespace/name).
+        claim: String,
+        /// The part: `request R`, `subrequest S` or `constraint #I`.
+        part: String,
+        /// What is wrong.
+        reason: String,
     },
     /// A claim is malformed or uses a feature whose gate is off.
     #[error("claim {claim}: {reason}")]

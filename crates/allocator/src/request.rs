@@ -108,9 +108,9 @@ impl SelectorCache {
             .enumerate()
             .map(|(index, s)| {
                 let Some(cel) = &s.cel else {
-                    return Err(InputError::Claim {
-                        claim: owner.to_owned(),
-                        reason: format!("selector #{index} has no CEL expression"),
+                    return Err(InputError::EmptySelector {
+                        owner: owner.to_owned(),
+                        index,
                     });
                 };
                 if let Some(found) = self.0.get(&cel.expression) {
@@ -169,10 +169,12 @@ pub(crate) fn plan_claim(
             }
             (None, Some(subs)) if !subs.is_empty() => {
                 if !features.prioritized_list {
-                    return Err(fail(format!(
-                        "request {}: has subrequests, but the DRAPrioritizedList feature is disabled",
-                        request.name
-                    )));
+                    return Err(InputError::ClaimPart {
+                        claim: label.clone(),
+                        part: format!("request {}", request.name),
+                        reason: "has subrequests, but the DRAPrioritizedList feature is disabled"
+                            .into(),
+                    });
                 }
                 let specs = subs
                     .iter()
@@ -202,6 +204,13 @@ pub(crate) fn plan_claim(
             let (attribute, distinct) = match (&c.match_attribute, &c.distinct_attribute) {
                 (Some(a), None) => (a.clone(), false),
                 (None, Some(a)) => (a.clone(), true),
+                (None, None) => {
+                    return Err(InputError::ClaimPart {
+                        claim: label.clone(),
+                        part: format!("constraint #{i}"),
+                        reason: "empty constraint (unsupported constraint type?)".into(),
+                    });
+                }
                 _ => {
                     return Err(fail(format!(
                         "constraint #{i}: needs exactly one of matchAttribute or distinctAttribute"
@@ -330,22 +339,34 @@ impl Builder<'_> {
             .parent
             .as_ref()
             .map_or(f.name.clone(), |p| format!("{p}/{}", f.name));
-        let fail = |reason: String| InputError::Claim {
+        // Upstream's words, with the request's full name.
+        let fail = |reason: String| InputError::ClaimPart {
             claim: self.label.to_owned(),
-            reason: format!("request {full}: {reason}"),
+            part: format!("request {full}"),
+            reason,
         };
         if f.admin_access.is_some() && !self.features.admin_access {
             return Err(fail(
-                "admin access is requested, but the DRAAdminAccess feature is disabled".into(),
+                "admin access is requested, but the feature is disabled".into(),
             ));
         }
         if f.capacity.is_some() && !self.features.consumable_capacity {
-            return Err(fail(
-                "has capacity requests, but the DRAConsumableCapacity feature is disabled".into(),
-            ));
+            // Upstream names a subrequest by its own name here.
+            let part = match f.parent {
+                Some(_) => format!("subrequest {}", f.name),
+                None => format!("request {full}"),
+            };
+            return Err(InputError::ClaimPart {
+                claim: self.label.to_owned(),
+                part,
+                reason: "has capacity requests, but the DRAConsumableCapacity feature is disabled"
+                    .into(),
+            });
         }
         if f.class.is_empty() {
-            return Err(fail("missing device class name".into()));
+            return Err(fail(
+                "missing device class name (unsupported request type?)".into(),
+            ));
         }
         let (class, class_selectors) =
             self.classes
@@ -365,7 +386,7 @@ impl Builder<'_> {
                 return Err(fail(format!("count {n} is not positive")));
             }
             ("All", _) => Mode::All,
-            (other, _) => return Err(fail(format!("unsupported allocation mode {other}"))),
+            (other, _) => return Err(fail(format!("unsupported count mode {other}"))),
         };
         let capacity = f
             .capacity

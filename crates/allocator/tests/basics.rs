@@ -227,7 +227,7 @@ fn admin_access_may_use_devices_in_use_and_is_gated() {
         &[claim("mon", admin, json!([]))],
     );
     assert!(
-        matches!(err, Err(AllocateError::Input(InputError::Claim { .. }))),
+        matches!(err, Err(AllocateError::Input(InputError::ClaimPart { .. }))),
         "{err:?}"
     );
 }
@@ -372,6 +372,13 @@ fn claims_over_the_result_limit_are_rejected() {
     );
     assert!(
         matches!(&err, Err(AllocateError::Input(InputError::Aborted { reason })) if reason.contains("exceeds the claim limit of 32")),
+        "{err:?}"
+    );
+    // Upstream's words: the request that does not fit, and what came before.
+    assert!(
+        format!("{err:?}").contains(
+            "claim default/c, request r32: adding 1 devices exceeds the claim limit of 32, with 32 already accounted for"
+        ),
         "{err:?}"
     );
 }

@@ -221,7 +221,7 @@ fn first_available_tries_subrequests_in_order() {
         &[claim("c", req, json!([]))],
     );
     assert!(
-        matches!(err, Err(AllocateError::Input(InputError::Claim { .. }))),
+        matches!(err, Err(AllocateError::Input(InputError::ClaimPart { .. }))),
         "{err:?}"
     );
 }

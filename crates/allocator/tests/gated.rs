@@ -93,7 +93,7 @@ fn capacity_request_without_the_gate_is_an_input_error() {
         &[bandwidth_claim("a", "100G")],
     );
     assert!(
-        matches!(err, Err(AllocateError::Input(InputError::Claim { .. }))),
+        matches!(err, Err(AllocateError::Input(InputError::ClaimPart { .. }))),
         "{err:?}"
     );
 }

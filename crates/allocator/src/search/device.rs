@@ -66,9 +66,11 @@ impl Search<'_, '_> {
                 self.undo(undo);
                 if must {
                     return Err(Stop::Fatal(format!(
-                        "claim {}, request {}: cannot add device {} because a claim constraint would not be satisfied",
+                        "claim {}, request {}: cannot add device {}/{}/{} because a claim constraint would not be satisfied",
                         self.claims[c].label,
                         spec.full_name(),
+                        cand.slice.driver,
+                        cand.slice.pool,
                         device.name
                     )));
                 }

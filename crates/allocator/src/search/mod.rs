@@ -197,13 +197,16 @@ impl<'c, 'a> Search<'c, 'a> {
                     })
                     .min()
                     .unwrap_or(0);
-                total = total.saturating_add(least);
-            }
-            if total > ALLOCATION_RESULTS_MAX_SIZE {
-                return Err(Stop::Fatal(format!(
-                    "claim {}: number of requested devices {total} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}",
-                    claim.label
-                )));
+                // Upstream's check and words: the first request that
+                // does not fit names itself.
+                if least > ALLOCATION_RESULTS_MAX_SIZE - total {
+                    return Err(Stop::Fatal(format!(
+                        "claim {}, request {}: adding {least} devices exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}, with {total} already accounted for",
+                        claim.label,
+                        plan.alternatives()[0].base_name()
+                    )));
+                }
+                total += least;
             }
         }
         Ok(())
