@@ -98,6 +98,11 @@ impl Search<'_, '_> {
             let Some(amount) = amount.filter(|_| fits) else {
                 undo.counters &= !leak;
                 self.undo(undo);
+                if leak && !multi {
+                    // Up to 1.35 upstream marks the device in use before
+                    // this check and keeps the mark when it fails.
+                    self.allocating.entry(candidate).or_default().push(c);
+                }
                 return Ok(None);
             };
             if multi {
@@ -177,14 +182,21 @@ impl Search<'_, '_> {
             let set = consumed.entry(key).or_default();
             capacity::add_into(set, &use_.counters);
         }
-        let fits = available.iter().all(|(name, counters)| {
-            counters.iter().all(|(counter, limit)| {
-                consumed
-                    .get(name)
-                    .and_then(|s| s.get(counter))
-                    .is_none_or(|used| used <= limit)
-            })
-        });
+        // With counters per slice (1.34), upstream checks only the sets of
+        // the device's own slice: another slice's overdrawn set (held
+        // devices can overdraw) does not stop this device.
+        let own_prefix = format!("{}\u{0}", cand.slice.name);
+        let fits = available
+            .iter()
+            .filter(|(name, _)| !pool.counters_per_slice || name.starts_with(&own_prefix))
+            .all(|(name, counters)| {
+                counters.iter().all(|(counter, limit)| {
+                    consumed
+                        .get(name)
+                        .and_then(|s| s.get(counter))
+                        .is_none_or(|used| used <= limit)
+                })
+            });
         if !fits {
             self.release_counters(candidate);
         }
