@@ -179,3 +179,48 @@ async fn sigkill_in_the_middle_of_a_burst_then_retry_all() {
     assert!(world.cdi_files().is_empty());
     assert!(world.checkpoint_claims().is_empty());
 }
+
+/// A claim deleted while the agent was down (so never unprepared) is
+/// found by the orphan sweep after the restart, and its device is free
+/// for the next claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_deleted_while_the_agent_was_down_is_swept() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let pf = "pf-0000-04-00-0";
+    let old = world.claim("old", &[("nic", DRIVER, NODE, pf)], json!([]));
+    let agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let answer = kubelet
+        .prepare_v1(std::slice::from_ref(&old))
+        .await
+        .unwrap();
+    assert!(answer.claims.values().all(|r| r.error.is_empty()));
+    drop(agent);
+
+    let claims: kube::Api<k8s_openapi::api::resource::v1::ResourceClaim> =
+        kube::Api::namespaced(world.api.client(), "default");
+    claims.delete("old", &Default::default()).await.unwrap();
+    let _agent = world.start_agent_with(None, &["--orphan-sweep-interval", "1"]);
+    let kubelet = world.register().await;
+    let new = world.claim("new", &[("nic", DRIVER, NODE, pf)], json!([]));
+    for _ in 0..200 {
+        if world.checkpoint_claims().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        world.checkpoint_claims().is_empty(),
+        "the sweep left {:?}",
+        world.checkpoint_claims()
+    );
+    assert!(world.cdi_files().is_empty());
+    let answer = kubelet
+        .prepare_v1(std::slice::from_ref(&new))
+        .await
+        .unwrap();
+    assert!(
+        answer.claims.values().all(|r| r.error.is_empty()),
+        "{answer:?}"
+    );
+}

@@ -72,6 +72,12 @@ pub struct NodeArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub resync_interval: u64,
 
+    /// Seconds between sweeps for prepared claims that are gone (deleted,
+    /// recreated, or allocated elsewhere without an unprepare); each is
+    /// unprepared, freeing its device. 0 turns the sweep off.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub orphan_sweep_interval: u64,
+
     /// Flags that shape the published devices.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -109,6 +115,8 @@ impl NodeArgs {
             state_dir: self.state_dir.clone(),
             http_addr: parse_http_addr(&self.http_addr).expect("checked by clap"),
             refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
+            sweep_every: (self.orphan_sweep_interval > 0)
+                .then(|| Duration::from_secs(self.orphan_sweep_interval)),
         }
     }
 }

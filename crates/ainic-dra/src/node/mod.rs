@@ -64,6 +64,8 @@ pub struct NodeConfig {
     pub http_addr: Option<SocketAddr>,
     /// Time between inventory refreshes.
     pub refresh_every: Duration,
+    /// Time between orphan sweeps ([`plugin::sweep`]); `None` for none.
+    pub sweep_every: Option<Duration>,
 }
 
 /// What the other tasks of the agent follow once the plugin is up.
@@ -120,6 +122,10 @@ pub async fn start(
         metrics: metrics.clone(),
         faults: plugin::faults::Faults::from_env(),
     }));
+
+    if let Some(every) = config.sweep_every {
+        tokio::spawn(plugin::sweep::run(driver.clone(), every));
+    }
 
     let (reports_tx, reports_rx) = watch::channel(Arc::default());
     let refresher = Refresher {

@@ -48,6 +48,7 @@ pub struct Metrics {
     latency: Family<OperationLabels, Histogram>,
     devices: Family<StateLabels, Gauge>,
     registered: Gauge,
+    reclaimed: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -65,6 +66,7 @@ impl Default for Metrics {
         );
         let devices = Family::<StateLabels, Gauge>::default();
         let registered = Gauge::default();
+        let reclaimed = Counter::default();
         registry.register(
             "ainic_dra_claims",
             "Claims handled, by operation",
@@ -90,6 +92,11 @@ impl Default for Metrics {
             "1 when the kubelet accepted the DRA plugin",
             registered.clone(),
         );
+        registry.register(
+            "ainic_dra_orphaned_claims_reclaimed",
+            "Prepared claims the orphan sweep unprepared (gone, recreated or allocated elsewhere)",
+            reclaimed.clone(),
+        );
         Self {
             registry,
             claims,
@@ -97,6 +104,7 @@ impl Default for Metrics {
             latency,
             devices,
             registered,
+            reclaimed,
         }
     }
 }
@@ -131,6 +139,11 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::try_from(*count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// Counts claims the orphan sweep unprepared.
+    pub fn reclaimed(&self, claims: usize) {
+        self.reclaimed.inc_by(claims as u64);
     }
 
     /// Sets whether the kubelet accepted the plugin.

@@ -18,6 +18,7 @@ pub mod faults;
 pub mod grpc;
 pub mod registration;
 pub mod resolve;
+pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;

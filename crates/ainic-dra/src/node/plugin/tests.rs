@@ -220,3 +220,62 @@ async fn two_claims_for_one_exclusive_device_at_once_get_it_once() {
         assert_eq!(cdi_files(&h).len(), 1);
     }
 }
+
+#[tokio::test]
+async fn the_sweep_unprepares_claims_that_are_gone_and_keeps_the_rest() {
+    let h = harness();
+    // Admin access, so that four claims can hold two devices at once.
+    let claims = [
+        ("kept", "u1", PF0),
+        ("gone", "u2", PF1),
+        ("recreated", "u3", PF0),
+        ("moved", "u4", PF1),
+    ];
+    for (name, uid, pf) in claims {
+        let c = claim(name, uid, &[("nic", D, "node-a", pf)], json!([]));
+        h.claims.put(with_admin_access(c));
+        assert!(h.driver.prepare(&[r(name, uid)]).await[uid].is_ok());
+    }
+    h.claims.delete("ns", "gone");
+    h.claims.put(claim(
+        "recreated",
+        "u9",
+        &[("nic", D, "node-a", PF0)],
+        json!([]),
+    ));
+    h.claims.put(claim(
+        "moved",
+        "u4",
+        &[("nic", D, "node-b", PF1)],
+        json!([]),
+    ));
+    assert_eq!(h.driver.sweep_orphans().await, 3);
+    assert_eq!(cdi_files(&h), ["ainic.amd.com-u1.json"]);
+    let left: Vec<String> = h.driver.parts.store.snapshot().claims.into_keys().collect();
+    assert_eq!(left, ["u1"]);
+    let metrics = h.driver.parts.metrics.encode();
+    assert!(
+        metrics.contains("ainic_dra_orphaned_claims_reclaimed_total 3"),
+        "{metrics}"
+    );
+    assert_eq!(h.driver.sweep_orphans().await, 0, "nothing left to reclaim");
+}
+
+#[test]
+fn a_claim_the_api_server_cannot_answer_for_is_not_an_orphan() {
+    let scope = Scope {
+        driver: D.into(),
+        pool: "node-a".into(),
+    };
+    let unanswered = Err(claims::ClaimFetchError::Api {
+        namespace: "ns".into(),
+        name: "c".into(),
+        message: "connection refused".into(),
+    });
+    assert_eq!(sweep::orphan_reason(&unanswered, "u1", &scope), None);
+    let here = Ok(claim("c", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    assert_eq!(sweep::orphan_reason(&here, "u1", &scope), None);
+    let mut unallocated = claim("c", "u1", &[("nic", D, "node-a", PF0)], json!([]));
+    unallocated.status = None;
+    assert!(sweep::orphan_reason(&Ok(unallocated), "u1", &scope).is_some());
+}
