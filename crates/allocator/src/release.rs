@@ -182,8 +182,9 @@ pub struct Rules {
     pub distinct_per_request: bool,
     /// A device turned down after its counters were drawn (a taint, a
     /// constraint, its capacity) keeps them drawn for the rest of the
-    /// search, and an exclusive device turned down by its capacity stays
-    /// marked in use: 1.34 and 1.35 (upstream rolls back only when
+    /// search, and a device turned down by its capacity keeps its
+    /// constraint values recorded and, when exclusive, stays marked in
+    /// use: 1.34 and 1.35 (upstream rolls back only when
     /// backtracking over a device it took). Followed.
     pub counters_leak_on_rejection: bool,
     /// Backtracking over a share of a multi-allocation device leaves its

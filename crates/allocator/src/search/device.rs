@@ -97,10 +97,14 @@ impl Search<'_, '_> {
             let amount = capacity::consumption(device, &spec.capacity, step_format);
             let Some(amount) = amount.filter(|_| fits) else {
                 undo.counters &= !leak;
+                if leak {
+                    // Up to 1.35 upstream returns from this check without
+                    // rolling back: the constraint values stay recorded and
+                    // an exclusive device stays marked in use.
+                    undo.constraints.clear();
+                }
                 self.undo(undo);
                 if leak && !multi {
-                    // Up to 1.35 upstream marks the device in use before
-                    // this check and keeps the mark when it fails.
                     self.allocating.entry(candidate).or_default().push(c);
                 }
                 return Ok(None);
