@@ -85,13 +85,7 @@ impl CheckpointStore {
         let generation = self.mutate(|c| {
             c.claims.insert(uid.to_string(), claim);
         });
-        let result = self.persist(generation).await;
-        if result.is_err() {
-            self.mutate(|c| {
-                c.claims.remove(uid);
-            });
-        }
-        result
+        self.persist_insert(uid, generation).await
     }
 
     /// Records `claim` unless another prepared claim already holds one of
@@ -113,13 +107,19 @@ impl CheckpointStore {
         if let Some(conflict) = conflict {
             return Err(InsertError::Conflict(conflict));
         }
+        Ok(self.persist_insert(uid, generation).await?)
+    }
+
+    /// Waits until the insert of `uid` (generation `generation`) is on
+    /// disk; if the write fails, takes it out of memory again.
+    async fn persist_insert(&self, uid: &str, generation: u64) -> Result<(), CheckpointError> {
         let result = self.persist(generation).await;
         if result.is_err() {
             self.mutate(|c| {
                 c.claims.remove(uid);
             });
         }
-        Ok(result?)
+        result
     }
 
     /// Forgets the claim and waits until that is on disk; returns what was

@@ -20,6 +20,13 @@ pub struct Scope {
     pub pool: String,
 }
 
+impl Scope {
+    /// Whether an allocation result names a device of this driver and pool.
+    pub fn serves(&self, result: &DeviceRequestAllocationResult) -> bool {
+        result.driver == self.driver && result.pool == self.pool
+    }
+}
+
 /// One result of the claim to prepare.
 #[derive(Clone, Debug)]
 pub struct PlannedDevice {
@@ -125,7 +132,7 @@ pub fn plan(
         .results
         .iter()
         .flatten()
-        .filter(|r| r.driver == scope.driver && r.pool == scope.pool)
+        .filter(|r| scope.serves(r))
         .collect();
     if results.is_empty() {
         return Err(ResolveError::NothingHere {

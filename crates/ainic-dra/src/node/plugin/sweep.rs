@@ -43,9 +43,7 @@ pub fn orphan_reason(
     let Some(results) = results else {
         return Some("the claim is no longer allocated".into());
     };
-    let here = results
-        .iter()
-        .any(|r| r.driver == scope.driver && r.pool == scope.pool);
+    let here = results.iter().any(|r| scope.serves(r));
     (!here).then(|| "the claim is now allocated devices of another node or driver".into())
 }
 
