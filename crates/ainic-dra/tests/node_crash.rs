@@ -224,3 +224,79 @@ async fn a_claim_deleted_while_the_agent_was_down_is_swept() {
         "{answer:?}"
     );
 }
+
+/// `(path, major:minor)` of the verbs device in claim `uid`'s CDI spec.
+fn verbs_in_spec(world: &World, uid: &str) -> (String, String) {
+    let file = world.dirs().cdi.join(format!("ainic.amd.com-{uid}.json"));
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let node = &spec["devices"][0]["containerEdits"]["deviceNodes"][0];
+    (
+        node["path"].as_str().unwrap().to_string(),
+        format!("{}:{}", node["major"], node["minor"]),
+    )
+}
+
+/// Gives the verbs device at `path` new numbers in the sysfs tree, as a
+/// driver reload or reboot does.
+fn renumber(world: &World, path: &str, numbers: &str) {
+    let name = path.rsplit('/').next().unwrap();
+    let dev = world
+        .sysfs
+        .join(format!("class/infiniband_verbs/{name}/dev"));
+    assert!(dev.exists(), "{}", dev.display());
+    std::fs::write(dev, format!("{numbers}\n")).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renumbered_devices_never_reach_a_spec_after_a_restart_or_while_running() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let claim = world.claim("c", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    let agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let first = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(first.claims[&claim.uid].error, "");
+    let (path, before) = verbs_in_spec(&world, &claim.uid);
+    drop(agent);
+
+    // Rebooted with other numbers: the start-up check rebuilds the spec
+    // before the kubelet can ask.
+    renumber(&world, &path, "231:250");
+    let agent = world.start_agent_with(None, &["--refresh-interval", "1"]);
+    let kubelet = world.register().await;
+    assert_eq!(
+        verbs_in_spec(&world, &claim.uid),
+        (path.clone(), "231:250".into()),
+        "was {before}"
+    );
+    let again = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(again.claims[&claim.uid], first.claims[&claim.uid]);
+
+    // Renumbered while the agent runs: the next inventory refresh rebuilds it.
+    renumber(&world, &path, "231:251");
+    for _ in 0..200 {
+        if verbs_in_spec(&world, &claim.uid).1 == "231:251" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(verbs_in_spec(&world, &claim.uid).1, "231:251");
+    let (_, metrics) = node_support::http_get(&agent.http, "/metrics").await;
+    // One rebuild at start-up, one after the refresh.
+    assert!(
+        metrics.contains("ainic_dra_cdi_specs_rebuilt_total 2"),
+        "{metrics}"
+    );
+    kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(world.cdi_files().is_empty());
+    assert!(world.checkpoint_claims().is_empty());
+}

@@ -7,7 +7,8 @@
 //! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
 //! - the ResourceSlice publisher ([`publisher`]).
 //!
-//! Start-up order: load the checkpoint and reconcile the CDI dir before any
+//! Start-up order: load the checkpoint, reconcile the CDI dir with it and
+//! rebuild every prepared claim's spec from today's devices before any
 //! socket is served, so the kubelet's first call sees a consistent state.
 
 pub mod agent;
@@ -105,12 +106,6 @@ pub async fn start(
     let store = Arc::new(CheckpointStore::open(&config.state_dir)?);
     let cdi = CdiDir::open(&config.cdi_dir)?;
     let reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
-    tracing::info!(
-        claims = store.snapshot().claims.len(),
-        removed = ?reconciled.removed,
-        rewritten = ?reconciled.rewritten,
-        "checkpoint reconciled with the CDI directory"
-    );
 
     let driver = Arc::new(Driver::new(DriverParts {
         scope: config.scope.clone(),
@@ -122,6 +117,18 @@ pub async fn start(
         metrics: metrics.clone(),
         faults: plugin::faults::Faults::from_env(),
     }));
+
+    let refreshed = driver.refresh_all().await;
+    for (claim_uid, error) in &refreshed.failed {
+        tracing::error!(%claim_uid, %error, "prepared claim lost a device");
+    }
+    tracing::info!(
+        claims = driver.prepared_claims(),
+        removed = ?reconciled.removed,
+        rewritten = ?refreshed.rewritten,
+        "checkpoint reconciled with the CDI directory and today's devices"
+    );
+    tokio::spawn(plugin::follow_inventory(driver.clone()));
 
     if let Some(every) = config.sweep_every {
         tokio::spawn(plugin::sweep::run(driver.clone(), every));

@@ -68,6 +68,33 @@ pub struct PreparedDevice {
     pub admin_access: bool,
     /// Fully qualified CDI device IDs (`amd.com/ainic=<name>`).
     pub cdi_ids: Vec<String>,
+    /// What was attached, to rebuild the spec from today's device numbers;
+    /// absent in entries written before agents recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<DeviceIdentity>,
+}
+
+/// A prepared device by identity rather than by device numbers: the kernel
+/// may renumber `uverbsN` or rename the RDMA device (reboot, driver
+/// reload, VFs re-created) while the PCI address stays, so a spec is
+/// rebuilt from these and today's inventory, never replayed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceIdentity {
+    /// PCI address of the NIC function (`0000:0c:00.0`).
+    pub pci_address: String,
+    /// RDMA device name at prepare (for messages: today's name is used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_device: Option<String>,
+    /// The MAD devices were given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub umad: bool,
+    /// The subnet-management devices were given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub issm: bool,
+    /// Consumed capacity of the share, by name (empty without a share).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub consumed: BTreeMap<String, String>,
 }
 
 /// Another prepared claim that holds a device exclusively.
@@ -232,6 +259,7 @@ mod tests {
             share_id: share.map(str::to_string),
             admin_access: admin,
             cdi_ids: vec![],
+            identity: None,
         }
     }
 
@@ -286,6 +314,7 @@ mod tests {
                     device: "pf-0000-0c-00-0".into(),
                     share_id: None,
                     cdi_ids: vec!["amd.com/ainic=uid-1-pf-0000-0c-00-0".into()],
+                    identity: None,
                 }],
                 cdi_file: "ainic.amd.com-uid-1.json".into(),
                 cdi_spec: "{}".into(),

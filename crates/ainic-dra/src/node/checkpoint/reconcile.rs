@@ -1,12 +1,11 @@
-//! Start-up reconciliation of the checkpoint with the CDI directory, after
-//! a crash or a reboot:
-//! - a spec file of this driver that no checkpoint entry owns is an orphan
-//!   of a prepare that did not finish: removed (the kubelet retries);
-//! - a leftover temp file: removed;
-//! - an entry whose spec file is missing or differs (a reboot emptied
-//!   `/var/run/cdi`, or a crash between unprepare's two steps): rewritten
-//!   from the content the checkpoint keeps, so running containers and the
-//!   kubelet's next unprepare find what prepare made.
+//! Start-up reconciliation of the CDI directory with the checkpoint, after
+//! a crash or a reboot: a spec file of this driver that no checkpoint entry
+//! owns is an orphan of a prepare that did not finish, and a leftover temp
+//! file is half of a write: both removed (the kubelet retries).
+//!
+//! Entries whose spec is missing or names yesterday's device numbers are
+//! the other half: [`Driver::refresh_all`](crate::node::plugin::Driver::refresh_all)
+//! rebuilds them from today's devices before any socket is served.
 
 use crate::node::cdi::claim_of_file;
 use crate::node::cdi::dir::{CdiDir, CdiDirError};
@@ -18,11 +17,10 @@ use super::Checkpoint;
 pub struct Reconciled {
     /// Files removed (orphans and temp files).
     pub removed: Vec<String>,
-    /// Specs rewritten from the checkpoint.
-    pub rewritten: Vec<String>,
 }
 
-/// Makes the CDI directory match `checkpoint`.
+/// Removes every file of this driver in the CDI directory that no entry
+/// of `checkpoint` owns.
 pub fn reconcile(checkpoint: &Checkpoint, cdi: &CdiDir) -> Result<Reconciled, CdiDirError> {
     let mut done = Reconciled::default();
     for file in cdi.owned_files()? {
@@ -35,13 +33,6 @@ pub fn reconcile(checkpoint: &Checkpoint, cdi: &CdiDir) -> Result<Reconciled, Cd
         if !owned {
             cdi.remove(&file)?;
             done.removed.push(file);
-        }
-    }
-    for claim in checkpoint.claims.values() {
-        let current = cdi.read(&claim.cdi_file)?;
-        if current.as_deref() != Some(claim.cdi_spec.as_bytes()) {
-            cdi.write_file(&claim.cdi_file, claim.cdi_spec.as_bytes())?;
-            done.rewritten.push(claim.cdi_file.clone());
         }
     }
     Ok(done)
@@ -63,7 +54,7 @@ mod tests {
     }
 
     #[test]
-    fn orphans_and_temp_files_go_missing_specs_come_back_foreign_files_stay() {
+    fn orphans_and_temp_files_go_owned_and_foreign_files_stay() {
         let dir = tempfile::tempdir().unwrap();
         let cdi = CdiDir::open(dir.path()).unwrap();
         let mut checkpoint = Checkpoint::default();
@@ -80,11 +71,7 @@ mod tests {
             done.removed,
             [".ainic.amd.com-half.json.tmp", "ainic.amd.com-orphan.json"]
         );
-        assert_eq!(done.rewritten, ["ainic.amd.com-lost.json"]);
-        assert_eq!(
-            cdi.read("ainic.amd.com-lost.json").unwrap().unwrap(),
-            b"spec of lost"
-        );
+        assert!(dir.path().join("ainic.amd.com-kept.json").exists());
         assert!(dir.path().join("vendor.com-gpu.json").exists());
         assert_eq!(reconcile(&checkpoint, &cdi).unwrap(), Reconciled::default());
     }

@@ -122,6 +122,31 @@ impl CheckpointStore {
         result
     }
 
+    /// Records that the spec of prepared claim `uid` now has `content`
+    /// (rebuilt from today's devices) and waits until that is on disk; if
+    /// the write fails the old content is put back. Nothing when the claim
+    /// is not recorded.
+    pub async fn update_spec(&self, uid: &str, content: String) -> Result<(), CheckpointError> {
+        let mut old = None;
+        let generation = self.mutate(|c| {
+            if let Some(entry) = c.claims.get_mut(uid) {
+                old = Some(std::mem::replace(&mut entry.cdi_spec, content));
+            }
+        });
+        let Some(old) = old else {
+            return Ok(());
+        };
+        let result = self.persist(generation).await;
+        if result.is_err() {
+            self.mutate(|c| {
+                if let Some(entry) = c.claims.get_mut(uid) {
+                    entry.cdi_spec = old;
+                }
+            });
+        }
+        result
+    }
+
     /// Forgets the claim and waits until that is on disk; returns what was
     /// recorded.
     pub async fn remove(&self, uid: &str) -> Result<Option<PreparedClaim>, CheckpointError> {
@@ -195,6 +220,7 @@ mod tests {
                 device: "pf-0000-0c-00-0".into(),
                 share_id: None,
                 cdi_ids: vec![format!("amd.com/ainic={name}")],
+                identity: None,
             }],
             cdi_file: format!("{name}.json"),
             cdi_spec: "{}".into(),

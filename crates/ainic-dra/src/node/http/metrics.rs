@@ -49,6 +49,8 @@ pub struct Metrics {
     devices: Family<StateLabels, Gauge>,
     registered: Gauge,
     reclaimed: Counter,
+    respecs: Counter,
+    stale: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -67,6 +69,8 @@ impl Default for Metrics {
         let devices = Family::<StateLabels, Gauge>::default();
         let registered = Gauge::default();
         let reclaimed = Counter::default();
+        let respecs = Counter::default();
+        let stale = Counter::default();
         registry.register(
             "ainic_dra_claims",
             "Claims handled, by operation",
@@ -97,6 +101,16 @@ impl Default for Metrics {
             "Prepared claims the orphan sweep unprepared (gone, recreated or allocated elsewhere)",
             reclaimed.clone(),
         );
+        registry.register(
+            "ainic_dra_cdi_specs_rebuilt",
+            "CDI specs of prepared claims rebuilt because the kernel renumbered or renamed their devices",
+            respecs.clone(),
+        );
+        registry.register(
+            "ainic_dra_stale_claims",
+            "Times a prepared claim was found naming a device that is gone (its CDI spec was removed)",
+            stale.clone(),
+        );
         Self {
             registry,
             claims,
@@ -105,6 +119,8 @@ impl Default for Metrics {
             devices,
             registered,
             reclaimed,
+            respecs,
+            stale,
         }
     }
 }
@@ -144,6 +160,16 @@ impl Metrics {
     /// Counts claims the orphan sweep unprepared.
     pub fn reclaimed(&self, claims: usize) {
         self.reclaimed.inc_by(claims as u64);
+    }
+
+    /// Counts specs rebuilt from today's device numbers.
+    pub fn respecced(&self) {
+        self.respecs.inc();
+    }
+
+    /// Counts prepared claims found naming a device that is gone.
+    pub fn stale(&self) {
+        self.stale.inc();
     }
 
     /// Sets whether the kubelet accepted the plugin.

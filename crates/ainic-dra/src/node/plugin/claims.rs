@@ -83,6 +83,17 @@ impl ClaimSource for KubeClaims {
 pub struct FakeClaims {
     claims: std::sync::Mutex<std::collections::BTreeMap<String, ResourceClaim>>,
     gets: std::sync::atomic::AtomicUsize,
+    held: std::sync::Mutex<Option<Held>>,
+}
+
+/// GETs held until released, to stop a prepare in the middle.
+#[cfg(test)]
+#[derive(Clone)]
+pub struct Held {
+    /// Notified when a GET starts waiting.
+    pub started: Arc<tokio::sync::Notify>,
+    /// One permit per GET let through.
+    pub release: Arc<tokio::sync::Semaphore>,
 }
 
 #[cfg(test)]
@@ -105,6 +116,16 @@ impl FakeClaims {
             .remove(&format!("{namespace}/{name}"));
     }
 
+    /// Holds every later GET until [`Held::release`] has a permit for it.
+    pub fn hold(&self) -> Held {
+        let held = Held {
+            started: Arc::default(),
+            release: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        *self.held.lock().unwrap() = Some(held.clone());
+        held
+    }
+
     /// How many GETs were served.
     pub fn gets(&self) -> usize {
         self.gets.load(std::sync::atomic::Ordering::SeqCst)
@@ -125,7 +146,12 @@ impl ClaimSource for FakeClaims {
             .unwrap()
             .get(&format!("{namespace}/{name}"))
             .cloned();
+        let held = self.held.lock().unwrap().clone();
         Box::pin(async move {
+            if let Some(held) = held {
+                held.started.notify_one();
+                held.release.acquire().await.expect("not closed").forget();
+            }
             found.ok_or_else(|| ClaimFetchError::NotFound {
                 namespace: namespace.to_string(),
                 name: name.to_string(),

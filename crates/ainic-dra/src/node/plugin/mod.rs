@@ -4,23 +4,32 @@
 //!
 //! Prepare of one claim, checkpoint-first and idempotent:
 //! 1. if the checkpoint has the claim, answer what it recorded (a shared
-//!    claim used by several pods is prepared once);
+//!    claim used by several pods is prepared once), after [`respec`]
+//!    checked it against today's devices;
 //! 2. GET the claim, [`resolve::plan`] its devices, build its CDI spec;
 //! 3. write the spec into the CDI dir, then record the claim (with the
-//!    spec's content) in the checkpoint, durably; answer.
+//!    devices' identity and the spec's content) in the checkpoint,
+//!    durably; answer.
 //!
 //! A crash between 3's two writes leaves a spec no checkpoint entry owns;
 //! start-up reconciliation removes it and the kubelet's retry redoes 2–3.
 //! Unprepare works from the checkpoint alone: remove the spec, then the entry.
+//!
+//! Each claim's work runs in a task of its own: when the kubelet's
+//! deadline drops the gRPC call, the work already begun still finishes
+//! (memory and disk agree), and the kubelet's retry, waiting on the
+//! claim's lock, finds it done.
 
 pub mod claims;
 pub mod faults;
 pub mod grpc;
 pub mod registration;
 pub mod resolve;
+pub mod respec;
 pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -51,6 +60,15 @@ pub struct ClaimRef {
 
 /// Per-claim outcome of a prepare call: the devices, or a one-line error.
 pub type PrepareOutcome = Result<Vec<PreparedDevice>, String>;
+
+/// What [`Driver::refresh_all`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Refreshed {
+    /// Claims whose spec file was rewritten (missing, or devices renumbered).
+    pub rewritten: Vec<String>,
+    /// Claims naming a device that is gone, with the error; their specs are removed.
+    pub failed: Vec<(String, String)>,
+}
 
 /// Everything a [`Driver`] needs.
 pub struct DriverParts {
@@ -89,6 +107,11 @@ impl Driver {
         }
     }
 
+    /// How many claims are prepared.
+    pub fn prepared_claims(&self) -> usize {
+        self.parts.store.snapshot().claims.len()
+    }
+
     fn claim_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
         // Drop locks nobody holds, so the map does not grow with every claim ever seen.
@@ -96,15 +119,47 @@ impl Driver {
         locks.entry(uid.to_string()).or_default().clone()
     }
 
-    /// Prepares every claim concurrently; one outcome per claim UID.
-    pub async fn prepare(&self, claims: &[ClaimRef]) -> BTreeMap<String, PrepareOutcome> {
-        let outcomes = join_all(claims.iter().map(|c| self.prepare_timed(c))).await;
-        claims.iter().map(|c| c.uid.clone()).zip(outcomes).collect()
+    /// Prepares every claim concurrently, each in a task of its own that
+    /// finishes even if this future is dropped; one outcome per claim UID.
+    pub async fn prepare(
+        self: &Arc<Self>,
+        claims: &[ClaimRef],
+    ) -> BTreeMap<String, PrepareOutcome> {
+        self.each_in_task(claims, "prepare", |driver, claim| async move {
+            driver.prepare_timed(&claim).await
+        })
+        .await
     }
 
-    /// Unprepares every claim concurrently; one outcome per claim UID.
-    pub async fn unprepare(&self, claims: &[ClaimRef]) -> BTreeMap<String, Result<(), String>> {
-        let outcomes = join_all(claims.iter().map(|c| self.unprepare_timed(c))).await;
+    /// Unprepares every claim concurrently, each in a task of its own that
+    /// finishes even if this future is dropped; one outcome per claim UID.
+    pub async fn unprepare(
+        self: &Arc<Self>,
+        claims: &[ClaimRef],
+    ) -> BTreeMap<String, Result<(), String>> {
+        self.each_in_task(claims, "unprepare", |driver, claim| async move {
+            driver.unprepare_timed(&claim).await
+        })
+        .await
+    }
+
+    async fn each_in_task<T, Work, Done>(
+        self: &Arc<Self>,
+        claims: &[ClaimRef],
+        what: &str,
+        work: Work,
+    ) -> BTreeMap<String, Result<T, String>>
+    where
+        T: Send + 'static,
+        Work: Fn(Arc<Self>, ClaimRef) -> Done,
+        Done: Future<Output = Result<T, String>> + Send + 'static,
+    {
+        let tasks = claims
+            .iter()
+            .map(|c| tokio::spawn(work(self.clone(), c.clone())));
+        let outcomes = join_all(tasks).await.into_iter().map(|joined| {
+            joined.unwrap_or_else(|e| Err(format!("{what} of the claim failed: {e}")))
+        });
         claims.iter().map(|c| c.uid.clone()).zip(outcomes).collect()
     }
 
@@ -131,6 +186,7 @@ impl Driver {
         let lock = self.claim_lock(&claim.uid);
         let _held = lock.lock().await;
         if let Some(done) = self.parts.store.get(&claim.uid) {
+            self.refresh_recorded(&claim.uid, &done).await?;
             return Ok(done.devices);
         }
         let started = Instant::now();
@@ -172,6 +228,7 @@ impl Driver {
                 share_id: p.attached.share.as_ref().map(|s| s.id.clone()),
                 admin_access: p.admin_access,
                 cdi_ids: vec![id.clone()],
+                identity: Some(respec::identity_of(&p.attached)),
             })
             .collect();
         Ok((spec, devices))
@@ -206,6 +263,57 @@ impl Driver {
         Ok(())
     }
 
+    /// Makes the spec of recorded claim `uid` name today's devices:
+    /// rewritten (and recorded) when the kernel renumbered or renamed them
+    /// or the file went missing, removed when a device is gone, so no
+    /// container is created with a device number from the past. Whether
+    /// the file was rewritten.
+    async fn refresh_recorded(&self, uid: &str, record: &PreparedClaim) -> anyhow::Result<bool> {
+        let inventory = self.parts.inventory.borrow().clone();
+        let content = match respec::rebuild(uid, record, &inventory, &self.parts.dev_root) {
+            Ok(content) => content,
+            Err(stale) => {
+                self.parts.metrics.stale();
+                self.parts.cdi.remove(&record.cdi_file)?;
+                return Err(stale.into());
+            }
+        };
+        let on_disk = self.parts.cdi.read(&record.cdi_file)?;
+        let rewrite = on_disk.as_deref() != Some(content.as_bytes());
+        if rewrite {
+            self.parts
+                .cdi
+                .write_file(&record.cdi_file, content.as_bytes())?;
+        }
+        if content != record.cdi_spec {
+            tracing::warn!(claim_uid = %uid, claim = %record.name, namespace = %record.namespace, "devices of a prepared claim were renumbered or renamed: CDI spec rebuilt from today's devices");
+            self.parts.metrics.respecced();
+            self.parts.store.update_spec(uid, content).await?;
+        }
+        Ok(rewrite)
+    }
+
+    /// Checks every prepared claim against today's devices
+    /// ([`Self::refresh_recorded`]): at start-up and after every inventory
+    /// change.
+    pub async fn refresh_all(&self) -> Refreshed {
+        let mut done = Refreshed::default();
+        for uid in self.parts.store.snapshot().claims.into_keys() {
+            let lock = self.claim_lock(&uid);
+            let _held = lock.lock().await;
+            // Unprepared while this loop waited for the lock.
+            let Some(record) = self.parts.store.get(&uid) else {
+                continue;
+            };
+            match self.refresh_recorded(&uid, &record).await {
+                Ok(true) => done.rewritten.push(uid),
+                Ok(false) => {}
+                Err(error) => done.failed.push((uid, format!("{error:#}"))),
+            }
+        }
+        done
+    }
+
     async fn unprepare_timed(&self, claim: &ClaimRef) -> Result<(), String> {
         let start = Instant::now();
         let span = tracing::info_span!("unprepare", claim_uid = %claim.uid, claim = %claim.name, namespace = %claim.namespace);
@@ -236,6 +344,21 @@ impl Driver {
         self.parts.faults.hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;
         Ok(())
+    }
+}
+
+/// Checks every prepared claim again after each inventory change, until
+/// the inventory's sender is gone.
+pub async fn follow_inventory(driver: Arc<Driver>) {
+    let mut inventory = driver.parts.inventory.clone();
+    while inventory.changed().await.is_ok() {
+        let done = driver.refresh_all().await;
+        for (claim_uid, error) in &done.failed {
+            tracing::error!(%claim_uid, %error, "prepared claim lost a device");
+        }
+        if !done.rewritten.is_empty() {
+            tracing::info!(claims = ?done.rewritten, "CDI specs rewritten after an inventory change");
+        }
     }
 }
 

@@ -13,8 +13,9 @@ const PF0: &str = "pf-0000-0c-00-0";
 const PF1: &str = "pf-0000-0d-00-0";
 
 struct Harness {
-    driver: Driver,
+    driver: Arc<Driver>,
     claims: Arc<FakeClaims>,
+    inventory: watch::Sender<Arc<Inventory>>,
     _dir: tempfile::TempDir,
     cdi_dir: PathBuf,
     state_dir: PathBuf,
@@ -25,8 +26,8 @@ fn harness() -> Harness {
     let cdi_dir = dir.path().join("cdi");
     let state_dir = dir.path().join("state");
     let claims = Arc::new(FakeClaims::default());
-    let (_tx, inventory) = watch::channel(Arc::new(fixtures::inventory()));
-    let driver = Driver::new(DriverParts {
+    let (inventory_tx, inventory) = watch::channel(Arc::new(fixtures::inventory()));
+    let driver = Arc::new(Driver::new(DriverParts {
         scope: Scope {
             driver: D.into(),
             pool: "node-a".into(),
@@ -38,10 +39,11 @@ fn harness() -> Harness {
         dev_root: dir.path().join("dev"),
         metrics: Arc::new(Metrics::default()),
         faults: Faults::default(),
-    });
+    }));
     Harness {
         driver,
         claims,
+        inventory: inventory_tx,
         _dir: dir,
         cdi_dir,
         state_dir,
@@ -278,4 +280,221 @@ fn a_claim_the_api_server_cannot_answer_for_is_not_an_orphan() {
     let mut unallocated = claim("c", "u1", &[("nic", D, "node-a", PF0)], json!([]));
     unallocated.status = None;
     assert!(sweep::orphan_reason(&Ok(unallocated), "u1", &scope).is_some());
+}
+
+/// The CDI spec file of claim `uid`, parsed.
+fn spec_of(h: &Harness, uid: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(h.cdi_dir.join(cdi::file_name(uid))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `(path, minor)` of every device node in a spec.
+fn nodes_of(spec: &serde_json::Value) -> Vec<(String, u64)> {
+    let mut out = vec![];
+    let mut edits: Vec<&serde_json::Value> = vec![&spec["containerEdits"]];
+    edits.extend(
+        spec["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| &d["containerEdits"]),
+    );
+    for e in edits {
+        for n in e["deviceNodes"].as_array().into_iter().flatten() {
+            out.push((
+                n["path"].as_str().unwrap().to_string(),
+                n["minor"].as_u64().unwrap(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// What a driver reload does to the first NIC: new char device numbers
+/// (`uverbs7`, `umad7`) and a udev-renamed RDMA device.
+fn renumber_first_nic(h: &Harness) {
+    h.inventory.send_modify(|inventory| {
+        let rdma = &mut Arc::make_mut(inventory).nics[0].rdma[0];
+        rdma.name = "rocep12s0".into();
+        let uverbs = rdma.uverbs.as_mut().unwrap();
+        uverbs.path = "/dev/infiniband/uverbs7".into();
+        uverbs.minor = 199;
+        rdma.umad[0].path = "/dev/infiniband/umad7".into();
+        rdma.umad[0].minor = 7;
+    });
+}
+
+#[tokio::test]
+async fn a_repeated_prepare_rebuilds_the_spec_from_todays_device_numbers() {
+    let h = harness();
+    h.claims.put(claim(
+        "a",
+        "u1",
+        &[("nic", D, "node-a", PF0)],
+        json!([nic_config("FromClass", json!({"umad": true}))]),
+    ));
+    let first = h.driver.prepare(&[r("a", "u1")]).await["u1"]
+        .clone()
+        .unwrap();
+    let before = nodes_of(&spec_of(&h, "u1"));
+    assert!(
+        before.contains(&("/dev/infiniband/uverbs0".into(), 192)),
+        "{before:?}"
+    );
+
+    renumber_first_nic(&h);
+    let again = h.driver.prepare(&[r("a", "u1")]).await["u1"]
+        .clone()
+        .unwrap();
+    assert_eq!(again, first, "same CDI IDs: the names do not change");
+    let spec = spec_of(&h, "u1");
+    let after = nodes_of(&spec);
+    assert!(
+        after.contains(&("/dev/infiniband/uverbs7".into(), 199)),
+        "{after:?}"
+    );
+    assert!(
+        after.contains(&("/dev/infiniband/umad7".into(), 7)),
+        "umad kept: {after:?}"
+    );
+    assert!(
+        !after
+            .iter()
+            .any(|(p, _)| p.ends_with("uverbs0") || p.ends_with("umad0"))
+    );
+    let env = spec["containerEdits"]["env"].to_string();
+    assert!(env.contains("NCCL_IB_HCA==rocep12s0"), "{env}");
+
+    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&on_disk.claims["u1"].cdi_spec).unwrap(),
+        spec,
+        "the checkpoint records the rebuilt spec"
+    );
+    let metrics = h.driver.parts.metrics.encode();
+    assert!(
+        metrics.contains("ainic_dra_cdi_specs_rebuilt_total 1"),
+        "{metrics}"
+    );
+    // Nothing changed since: nothing rebuilt again.
+    assert_eq!(h.driver.refresh_all().await, Refreshed::default());
+}
+
+#[tokio::test]
+async fn a_prepared_claim_whose_device_is_gone_fails_naming_it() {
+    let h = harness();
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF1)], json!([])));
+    h.claims
+        .put(claim("b", "u2", &[("nic", D, "node-a", PF0)], json!([])));
+    assert!(h.driver.prepare(&[r("a", "u1"), r("b", "u2")]).await["u1"].is_ok());
+
+    // VFs re-created or the NIC unplugged: PF1 is gone; PF0 lost its RDMA device.
+    h.inventory.send_modify(|inventory| {
+        let inventory = Arc::make_mut(inventory);
+        inventory.nics.retain(|n| n.address.bus != 0x0d);
+        inventory.nics[0].rdma.clear();
+    });
+    let refreshed = h.driver.refresh_all().await;
+    assert_eq!(refreshed.failed.len(), 2, "{refreshed:?}");
+    let out = h.driver.prepare(&[r("a", "u1"), r("b", "u2")]).await;
+    let gone = out["u1"].as_ref().unwrap_err();
+    assert!(
+        gone.contains(PF1) && gone.contains("0000:0d:00.0"),
+        "{gone}"
+    );
+    let no_verbs = out["u2"].as_ref().unwrap_err();
+    assert!(
+        no_verbs.contains(PF0) && no_verbs.contains("no RDMA device"),
+        "{no_verbs}"
+    );
+    assert!(
+        cdi_files(&h).is_empty(),
+        "no spec names a device from the past"
+    );
+
+    // The kubelet can still unprepare them; nothing is left.
+    let out = h.driver.unprepare(&[r("a", "u1"), r("b", "u2")]).await;
+    assert!(out.values().all(|o| o.is_ok()), "{out:?}");
+    assert!(h.driver.parts.store.snapshot().claims.is_empty());
+}
+
+#[tokio::test]
+async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
+    let h = harness();
+    let inventory = fixtures::inventory();
+    let attached = [cdi::AttachedDevice {
+        device: PF0.into(),
+        nic: inventory.nics[0].clone(),
+        umad: false,
+        issm: false,
+        share: None,
+    }];
+    let spec = cdi::build("u1", &attached, inventory.rdma_cm.as_ref(), &h.cdi_dir).unwrap();
+    // As an agent before identities were recorded wrote it.
+    let record = PreparedClaim {
+        namespace: "ns".into(),
+        name: "a".into(),
+        devices: vec![PreparedDevice {
+            requests: vec!["nic".into()],
+            pool: "node-a".into(),
+            device: PF0.into(),
+            share_id: None,
+            admin_access: false,
+            cdi_ids: spec.device_ids.clone(),
+            identity: None,
+        }],
+        cdi_file: spec.file_name.clone(),
+        cdi_spec: spec.content.clone(),
+    };
+    h.driver.parts.store.insert("u1", record).await.unwrap();
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    assert_eq!(
+        cdi_files(&h),
+        ["ainic.amd.com-u1.json"],
+        "spec rewritten as recorded"
+    );
+
+    renumber_first_nic(&h);
+    let out = h.driver.prepare(&[r("a", "u1")]).await;
+    let err = out["u1"].as_ref().unwrap_err();
+    assert!(
+        err.contains("/dev/infiniband/uverbs0") && err.contains("231:192"),
+        "{err}"
+    );
+    assert!(cdi_files(&h).is_empty());
+}
+
+#[tokio::test]
+async fn a_prepare_dropped_by_the_kubelet_finishes_and_the_retry_finds_it() {
+    let h = harness();
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    let held = h.claims.hold();
+    {
+        let claims = [r("a", "u1")];
+        let call = h.driver.prepare(&claims);
+        tokio::pin!(call);
+        tokio::select! {
+            _ = &mut call => panic!("prepare finished while its GET was held"),
+            () = held.started.notified() => {}
+        }
+        // The kubelet's deadline drops the call here, mid-way.
+    }
+    held.release.add_permits(2);
+    let retry = h.driver.prepare(&[r("a", "u1")]).await;
+    assert!(retry["u1"].is_ok(), "{retry:?}");
+    assert_eq!(
+        h.claims.gets(),
+        1,
+        "the dropped call's work finished; the retry answered from the checkpoint"
+    );
+    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    assert_eq!(
+        on_disk,
+        h.driver.parts.store.snapshot(),
+        "memory and disk agree"
+    );
+    assert_eq!(cdi_files(&h), ["ainic.amd.com-u1.json"]);
 }
