@@ -7,6 +7,7 @@ use anyhow::Context;
 use dra_model::classic::ClassicConfig;
 
 use super::ClassicSettings;
+use crate::node::cdi::DevRoots;
 
 /// Where the kubelet keeps device plugin sockets.
 pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
@@ -37,12 +38,12 @@ pub struct DevicePluginArgs {
 
 impl DevicePluginArgs {
     /// The validated settings, or `None` without `--device-plugin`. Reads
-    /// and validates the config file; `cdi_dir` and `dev_root` come from
+    /// and validates the config file; `cdi_dir` and `dev` come from
     /// the node command's own flags.
     pub fn settings(
         &self,
         cdi_dir: &Path,
-        dev_root: &Path,
+        dev: &DevRoots,
     ) -> anyhow::Result<Option<ClassicSettings>> {
         if !self.device_plugin {
             return Ok(None);
@@ -60,7 +61,7 @@ impl DevicePluginArgs {
             dir: self.device_plugin_dir.clone(),
             config,
             cdi_dir: self.cdi_enabled.then(|| cdi_dir.to_path_buf()),
-            dev_root: dev_root.to_path_buf(),
+            dev: dev.clone(),
             poll: Duration::from_secs(1),
             fabric: None,
         }))

@@ -4,17 +4,20 @@
 //! devices) and one for `rdma_cm` (`amd.com/ainic=classic-rdma-cm`).
 //! `Allocate` then answers with these names and the runtime injects them.
 //!
-//! The file is rewritten (atomically: temp file, rename) whenever the split
-//! changes, and removed on shutdown. Its name does not start with the DRA
+//! The file is rewritten (atomically: temp file, rename) at start and
+//! whenever the split changes, and kept when the agent stops (containers
+//! restarting meanwhile need it); an agent started without the classic
+//! CDI mode removes it. Its name does not start with the DRA
 //! path's per-claim prefix, so the DRA path's clean-up never touches it.
 
 use std::path::Path;
+
+use crate::node::cdi::DevRoots;
 
 use dra_model::cdi;
 use dra_model::classic::{
     CDI_KIND, CDI_RDMA_CM_DEVICE, CharDeviceOptions, cdi_device_name, function_char_devices,
 };
-use topology::CharDevice;
 
 use super::snapshot::Snapshot;
 
@@ -25,14 +28,11 @@ pub const FILE_NAME: &str = "ainic-dra-classic.json";
 pub fn build(
     snapshot: &Snapshot,
     options: CharDeviceOptions,
-    dev_root: &Path,
+    dev: &DevRoots,
 ) -> anyhow::Result<String> {
     let mut devices = Vec::new();
     if let Some(cm) = &snapshot.inventory.rdma_cm {
-        devices.push(device(
-            CDI_RDMA_CM_DEVICE.into(),
-            vec![device_node(cm, dev_root)],
-        ));
+        devices.push(device(CDI_RDMA_CM_DEVICE.into(), vec![dev.device_node(cm)]));
     }
     for resource in &snapshot.assignment.resources {
         for d in &resource.devices {
@@ -41,7 +41,7 @@ pub fn build(
             };
             let nodes: Vec<cdi::DeviceNode> = function_char_devices(nic, options)
                 .iter()
-                .map(|c| device_node(c, dev_root))
+                .map(|c| dev.device_node(c))
                 .collect();
             if nodes.is_empty() {
                 continue;
@@ -67,13 +67,6 @@ fn device(name: String, nodes: Vec<cdi::DeviceNode>) -> cdi::Device {
         },
         ..cdi::Device::default()
     }
-}
-
-/// A char device: with its numbers, and a host path when it exists under
-/// `dev_root` (a runtime fails on a host path that does not exist).
-fn device_node(c: &CharDevice, dev_root: &Path) -> cdi::DeviceNode {
-    let host = dev_root.join(c.path.strip_prefix("/dev/").unwrap_or(&c.path));
-    cdi::DeviceNode::char_device(c, host.exists().then(|| c.path.clone()))
 }
 
 /// Writes `content` to `<dir>/<FILE_NAME>` through a temp file and a rename.

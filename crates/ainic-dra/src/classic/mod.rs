@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use topology::Inventory;
 
+use crate::node::cdi::DevRoots;
 use lifecycle::ResourcePlugin;
 use snapshot::Snapshot;
 
@@ -48,8 +49,8 @@ pub struct ClassicSettings {
     pub config: ClassicConfig,
     /// Where to write the classic CDI spec; `Some` means `--cdi-enabled`.
     pub cdi_dir: Option<PathBuf>,
-    /// The node's `/dev` as this process sees it (host paths in CDI specs).
-    pub dev_root: PathBuf,
+    /// Where the host's device nodes are (host paths in CDI specs).
+    pub dev: DevRoots,
     /// How often socket files are checked for a kubelet restart.
     pub poll: Duration,
     /// The DRA device model's config, whose fabric facts give the rails
@@ -93,9 +94,9 @@ pub fn start(
     };
     if let Some(dir) = settings.cdi_dir.clone() {
         // The spec exists before any plugin can answer with its names.
-        write_cdi(&dir, &settings.dev_root, options, &snapshots.borrow())
+        write_cdi(&dir, &settings.dev, options, &snapshots.borrow())
             .context("failed to write the classic CDI spec")?;
-        let task = follow_cdi(dir, settings.dev_root.clone(), options, snapshots.clone());
+        let task = follow_cdi(dir, settings.dev.clone(), options, snapshots.clone());
         tasks.spawn(with_shutdown(task, shutdown.clone()));
     }
     for spec in &config.resources {
@@ -121,32 +122,27 @@ async fn with_shutdown(task: impl Future<Output = ()>, mut shutdown: watch::Rece
 
 fn write_cdi(
     dir: &Path,
-    dev_root: &Path,
+    dev: &DevRoots,
     options: AllocateOptions,
     snapshot: &Snapshot,
 ) -> anyhow::Result<()> {
-    let spec = cdi::build(snapshot, options.char_devices, dev_root)?;
+    let spec = cdi::build(snapshot, options.char_devices, dev)?;
     cdi::write(dir, &spec).with_context(|| format!("cannot write into {}", dir.display()))
 }
 
 /// Keeps the classic CDI spec (written once by [`start`]) in step with the
-/// split; removes it at the end.
+/// split. It stays when the agent stops: containers of pods allocated by
+/// the classic path that restart meanwhile still find their devices, and
+/// the next start rewrites it from that day's devices.
 async fn follow_cdi(
     dir: PathBuf,
-    dev_root: PathBuf,
+    dev: DevRoots,
     options: AllocateOptions,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
 ) {
-    struct RemoveOnDrop(PathBuf);
-    impl Drop for RemoveOnDrop {
-        fn drop(&mut self) {
-            cdi::remove(&self.0);
-        }
-    }
-    let _guard = RemoveOnDrop(dir.clone());
     while snapshots.changed().await.is_ok() {
         let snapshot = Arc::clone(&snapshots.borrow_and_update());
-        if let Err(e) = write_cdi(&dir, &dev_root, options, &snapshot) {
+        if let Err(e) = write_cdi(&dir, &dev, options, &snapshot) {
             tracing::error!(dir = %dir.display(), error = %format!("{e:#}"), "cannot update classic CDI spec");
         }
     }

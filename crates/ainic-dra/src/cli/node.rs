@@ -26,9 +26,15 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     pub sysfs_root: PathBuf,
 
-    /// Root of the host's device nodes (`/dev`).
+    /// Where this process finds the host's device nodes (`/host/dev` when
+    /// the host's `/dev/infiniband` is mounted at `/host/dev/infiniband`).
     #[arg(long, value_name = "DIR", default_value = "/dev")]
     pub dev_root: PathBuf,
+
+    /// The host's own device directory: the host paths written into CDI
+    /// specs, which the runtime reads on the host.
+    #[arg(long, value_name = "DIR", default_value = "/dev")]
+    pub host_dev_root: PathBuf,
 
     /// Kubeconfig file; default: in-cluster config, then `$KUBECONFIG`/`~/.kube/config`.
     #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
@@ -101,6 +107,13 @@ fn check_http_addr(s: &str) -> Result<String, String> {
 }
 
 impl NodeArgs {
+    fn dev_roots(&self) -> crate::node::cdi::DevRoots {
+        crate::node::cdi::DevRoots {
+            seen_at: self.dev_root.clone(),
+            on_host: self.host_dev_root.clone(),
+        }
+    }
+
     fn config(&self) -> NodeConfig {
         NodeConfig {
             scope: Scope {
@@ -108,7 +121,7 @@ impl NodeArgs {
                 pool: self.node_name.clone(),
             },
             sysfs_root: self.sysfs_root.clone(),
-            dev_root: self.dev_root.clone(),
+            dev: self.dev_roots(),
             plugin_dir: self.plugin_dir.clone(),
             registry_dir: self.registry_dir.clone(),
             cdi_dir: self.cdi_dir.clone(),
@@ -159,7 +172,9 @@ pub fn run(args: NodeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    let classic = args.device_plugin.settings(&args.cdi_dir, &args.dev_root)?;
+    let classic = args
+        .device_plugin
+        .settings(&args.cdi_dir, &args.dev_roots())?;
     let model_args = args.model.clone();
     let node_name = args.node_name.clone();
     let config = AgentConfig {

@@ -61,6 +61,12 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     publisher_metrics.register(metrics.registry_mut());
     let metrics = Arc::new(metrics);
 
+    // A classic spec left by a run with --cdi-enabled: nothing would keep
+    // its device numbers current now.
+    if config.classic.as_ref().is_none_or(|s| s.cdi_dir.is_none()) {
+        crate::classic::cdi::remove(&config.node.cdi_dir);
+    }
+
     let claims = Arc::new(KubeClaims::new(client.clone()));
     let started = start(config.node, claims, metrics).await?;
     let (stop_tx, stop_rx) = watch::channel(false);

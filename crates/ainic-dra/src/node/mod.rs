@@ -51,8 +51,8 @@ pub struct NodeConfig {
     pub scope: Scope,
     /// Root of sysfs.
     pub sysfs_root: PathBuf,
-    /// Root of the host's device nodes.
-    pub dev_root: PathBuf,
+    /// Where the host's device nodes are.
+    pub dev: cdi::DevRoots,
     /// Directory of the DRA socket.
     pub plugin_dir: PathBuf,
     /// The kubelet's plugin registry directory.
@@ -113,7 +113,7 @@ pub async fn start(
         inventory: inventory_rx.clone(),
         store,
         cdi,
-        dev_root: config.dev_root.clone(),
+        dev: config.dev.clone(),
         metrics: metrics.clone(),
         faults: plugin::faults::Faults::from_env(),
     }));

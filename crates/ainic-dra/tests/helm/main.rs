@@ -236,10 +236,26 @@ fn agent_mounts_the_host_paths_its_flags_name() {
         };
         match flag {
             "--plugin-dir" | "--registry-dir" | "--cdi-dir" | "--state-dir" => mounted(path, false),
-            "--sysfs-root" | "--dev-root" => mounted(path, true),
+            "--sysfs-root" => mounted(path, true),
+            // The agent looks only for RDMA char devices.
+            "--dev-root" => mounted(&format!("{path}/infiniband"), true),
             _ => {}
         }
     }
+    // Specs name the host's own paths; nothing more of the host than needed.
+    assert!(args(&objects).contains(&"--host-dev-root=/dev".to_string()));
+    for too_wide in ["/dev", "/var/lib/kubelet/plugins", "/var/lib/kubelet"] {
+        assert!(
+            !mounts.iter().any(|(m, _)| m == too_wide),
+            "{too_wide} is mounted whole: {mounts:?}"
+        );
+    }
+    assert!(mounts.contains(&("/var/lib/kubelet/plugins/ainic.amd.com".into(), false)));
+    // Link events come from netlink in the host's network namespace.
+    assert_eq!(
+        daemonset(&objects)["spec"]["template"]["spec"]["hostNetwork"],
+        true
+    );
     // The kubelet registers the socket by its host path: mount at the same path.
     let pod = &daemonset(&objects)["spec"]["template"]["spec"];
     for v in pod["volumes"].as_array().unwrap() {

@@ -209,8 +209,13 @@ async fn with_cdi_allocate_names_devices_of_a_written_spec() {
             "{name} not in {defined:?}"
         );
     }
-    node.stop().await;
-    assert!(!spec_path.exists(), "the spec is removed on shutdown");
+    let before = std::fs::read(&spec_path).unwrap();
+    let _dir = node.stop().await;
+    assert_eq!(
+        std::fs::read(&spec_path).unwrap(),
+        before,
+        "the spec outlives the agent: restarting containers still need it"
+    );
 }
 
 #[tokio::test]

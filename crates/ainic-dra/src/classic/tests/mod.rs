@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 use topology::Inventory;
 
 use super::{ClassicSettings, rescan, start};
+use crate::node::cdi::DevRoots;
 
 pub(super) const WAIT: Duration = Duration::from_secs(20);
 pub(super) const NIC: &str = "amd.com/nic";
@@ -72,9 +73,12 @@ impl Node {
         self.kubelet.dial(&r.endpoint).await.unwrap()
     }
 
-    pub(super) async fn stop(mut self) {
+    /// Stops every task; returns the node's directory, to look at what
+    /// the agent left.
+    pub(super) async fn stop(mut self) -> tempfile::TempDir {
         self.shutdown.send(true).unwrap();
         while self.tasks.join_next().await.is_some() {}
+        self.dir
     }
 }
 
@@ -83,7 +87,7 @@ fn settings(root: &Path, config: ClassicConfig, cdi: bool) -> ClassicSettings {
         dir: root.join("device-plugins"),
         config,
         cdi_dir: cdi.then(|| root.join("cdi")),
-        dev_root: root.join("dev"),
+        dev: DevRoots::mounted_at(&root.join("dev")),
         poll: Duration::from_millis(20),
         fabric: None,
     }

@@ -20,7 +20,7 @@ pub mod dir;
 pub use dir::CdiDir;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use dra_model::cdi;
 use topology::{CharDevice, NicFunction};
@@ -125,7 +125,7 @@ pub fn build(
     claim_uid: &str,
     devices: &[AttachedDevice],
     rdma_cm: Option<&CharDevice>,
-    dev_root: &Path,
+    dev: &DevRoots,
 ) -> Result<ClaimSpec, CdiError> {
     if !is_claim_uid(claim_uid) {
         return Err(CdiError::BadClaimUid {
@@ -136,14 +136,14 @@ pub fn build(
     for d in devices {
         cdi_devices.push(cdi::Device {
             name: device_name(claim_uid, d),
-            container_edits: device_edits(d, dev_root)?,
+            container_edits: device_edits(d, dev)?,
             ..cdi::Device::default()
         });
     }
     let spec = cdi::Spec {
         kind: KIND.to_string(),
         devices: cdi_devices,
-        container_edits: Some(claim_edits(devices, rdma_cm, dev_root)),
+        container_edits: Some(claim_edits(devices, rdma_cm, dev)),
         ..cdi::Spec::default()
     };
     let device_ids = spec
@@ -162,7 +162,7 @@ pub fn build(
     })
 }
 
-fn device_edits(d: &AttachedDevice, dev_root: &Path) -> Result<cdi::ContainerEdits, CdiError> {
+fn device_edits(d: &AttachedDevice, dev: &DevRoots) -> Result<cdi::ContainerEdits, CdiError> {
     let rdma = d.nic.rdma.iter().find(|r| r.uverbs.is_some());
     let Some(rdma) = rdma else {
         return Err(CdiError::NoVerbs {
@@ -170,15 +170,12 @@ fn device_edits(d: &AttachedDevice, dev_root: &Path) -> Result<cdi::ContainerEdi
             address: d.nic.address.to_string(),
         });
     };
-    let mut nodes = vec![device_node(
-        rdma.uverbs.as_ref().expect("found above"),
-        dev_root,
-    )];
+    let mut nodes = vec![dev.device_node(rdma.uverbs.as_ref().expect("found above"))];
     if d.umad {
-        nodes.extend(rdma.umad.iter().map(|c| device_node(c, dev_root)));
+        nodes.extend(rdma.umad.iter().map(|c| dev.device_node(c)));
     }
     if d.issm {
-        nodes.extend(rdma.issm.iter().map(|c| device_node(c, dev_root)));
+        nodes.extend(rdma.issm.iter().map(|c| dev.device_node(c)));
     }
     let mut env = Vec::new();
     if let Some(share) = &d.share {
@@ -200,7 +197,7 @@ fn device_edits(d: &AttachedDevice, dev_root: &Path) -> Result<cdi::ContainerEdi
 fn claim_edits(
     devices: &[AttachedDevice],
     rdma_cm: Option<&CharDevice>,
-    dev_root: &Path,
+    dev: &DevRoots,
 ) -> cdi::ContainerEdits {
     let rdma: Vec<&str> = devices
         .iter()
@@ -220,22 +217,45 @@ fn claim_edits(
             format!("AINIC_PCI_ADDRESSES={}", addresses.join(",")),
             format!("AINIC_DEVICES={}", names.join(",")),
         ],
-        device_nodes: rdma_cm
-            .map(|cm| device_node(cm, dev_root))
-            .into_iter()
-            .collect(),
+        device_nodes: rdma_cm.map(|cm| dev.device_node(cm)).into_iter().collect(),
         ..cdi::ContainerEdits::default()
     }
 }
 
-/// A char device for the container: always with its numbers; with a host
-/// path only when the node exists under `dev_root`, since a runtime fails
-/// on a host path that does not exist.
-fn device_node(c: &CharDevice, dev_root: &Path) -> cdi::DeviceNode {
-    let relative = c.path.strip_prefix("/dev/").unwrap_or(&c.path);
-    let host = dev_root.join(relative);
-    let host_path = host.exists().then(|| host.display().to_string());
-    cdi::DeviceNode::char_device(c, host_path)
+/// Where the host's device nodes are: where this process sees them and
+/// what the host calls them. They differ when the agent runs in a pod
+/// with the host's `/dev/infiniband` mounted under `/host/dev`: a spec
+/// is read by the runtime on the host, so it must name `/dev/...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DevRoots {
+    /// Where this process finds them (`--dev-root`).
+    pub seen_at: PathBuf,
+    /// The host's own device directory, written into specs
+    /// (`--host-dev-root`, `/dev`).
+    pub on_host: PathBuf,
+}
+
+impl DevRoots {
+    /// The host's `/dev` seen at `seen_at`.
+    pub fn mounted_at(seen_at: &Path) -> Self {
+        Self {
+            seen_at: seen_at.to_path_buf(),
+            on_host: PathBuf::from("/dev"),
+        }
+    }
+
+    /// A char device for the container: always with its numbers; with a
+    /// host path only when the node exists, since a runtime fails on a
+    /// host path that does not exist.
+    pub fn device_node(&self, c: &CharDevice) -> cdi::DeviceNode {
+        let relative = c.path.strip_prefix("/dev/").unwrap_or(&c.path);
+        let host_path = self
+            .seen_at
+            .join(relative)
+            .exists()
+            .then(|| self.on_host.join(relative).display().to_string());
+        cdi::DeviceNode::char_device(c, host_path)
+    }
 }
 
 /// `queuePairs` -> `QUEUEPAIRS`; anything not alphanumeric becomes `_`.

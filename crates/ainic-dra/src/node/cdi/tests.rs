@@ -25,7 +25,7 @@ fn one_nic_gets_verbs_rdma_cm_and_nccl_env_at_the_lowest_version() {
         UID,
         &[attached(0, 0x0c)],
         Some(&fixtures::inventory().rdma_cm.unwrap()),
-        dir.path(),
+        &DevRoots::mounted_at(dir.path()),
     )
     .unwrap();
     assert_eq!(spec.file_name, format!("ainic.amd.com-{UID}.json"));
@@ -65,16 +65,21 @@ fn one_nic_gets_verbs_rdma_cm_and_nccl_env_at_the_lowest_version() {
 }
 
 #[test]
-fn host_path_is_set_when_the_node_exists_under_dev_root() {
+fn the_host_path_is_the_hosts_own_when_the_node_exists_where_the_agent_looks() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("infiniband")).unwrap();
     std::fs::write(dir.path().join("infiniband/uverbs0"), b"").unwrap();
-    let spec = build("abc", &[attached(0, 0x0c)], None, dir.path()).unwrap();
+    let spec = build(
+        "abc",
+        &[attached(0, 0x0c)],
+        None,
+        &DevRoots::mounted_at(dir.path()),
+    )
+    .unwrap();
     let v = parsed(&spec);
-    let host = dir.path().join("infiniband/uverbs0").display().to_string();
     assert_eq!(
-        v["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"],
-        host.as_str()
+        v["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"], "/dev/infiniband/uverbs0",
+        "the runtime on the host reads it: not the agent's mount point"
     );
     assert_eq!(
         v["cdiVersion"], "0.5.0",
@@ -85,7 +90,13 @@ fn host_path_is_set_when_the_node_exists_under_dev_root() {
 #[test]
 fn a_letter_first_name_without_host_paths_stays_at_0_3_0() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = build("claim-a", &[attached(0, 0x0c)], None, dir.path()).unwrap();
+    let spec = build(
+        "claim-a",
+        &[attached(0, 0x0c)],
+        None,
+        &DevRoots::mounted_at(dir.path()),
+    )
+    .unwrap();
     assert_eq!(parsed(&spec)["cdiVersion"], "0.3.0");
 }
 
@@ -95,7 +106,13 @@ fn umad_and_issm_when_asked_and_all_nics_in_the_env() {
     let mut a = attached(0, 0x0c);
     a.umad = true;
     a.issm = true;
-    let spec = build("abc", &[a, attached(1, 0x0d)], None, dir.path()).unwrap();
+    let spec = build(
+        "abc",
+        &[a, attached(1, 0x0d)],
+        None,
+        &DevRoots::mounted_at(dir.path()),
+    )
+    .unwrap();
     let v = parsed(&spec);
     let paths: Vec<&str> = v["devices"][0]["containerEdits"]["deviceNodes"]
         .as_array()
@@ -137,7 +154,7 @@ fn shares_of_one_nic_are_distinct_devices_with_their_capacity() {
         "abc",
         &[share("s1", "100G"), share("s2", "50G")],
         None,
-        dir.path(),
+        &DevRoots::mounted_at(dir.path()),
     )
     .unwrap();
     assert_eq!(
@@ -160,7 +177,7 @@ fn a_nic_without_rdma_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = attached(0, 0x0c);
     d.nic.rdma.clear();
-    let err = build("abc", &[d], None, dir.path())
+    let err = build("abc", &[d], None, &DevRoots::mounted_at(dir.path()))
         .unwrap_err()
         .to_string();
     assert!(
@@ -174,7 +191,7 @@ fn an_invalid_name_is_caught_by_validation_before_writing() {
     let dir = tempfile::tempdir().unwrap();
     let mut device = attached(0, 0x0c);
     device.device = "bad name!".into();
-    let err = build(UID, &[device], None, dir.path())
+    let err = build(UID, &[device], None, &DevRoots::mounted_at(dir.path()))
         .unwrap_err()
         .to_string();
     assert!(err.contains("invalid"), "{err}");
@@ -198,11 +215,25 @@ fn a_claim_uid_that_is_not_a_uid_never_reaches_a_file_name() {
         "x y",
         &"a".repeat(65),
     ] {
-        let err = build(bad, &[attached(0, 0x0c)], None, dir.path()).unwrap_err();
+        let err = build(
+            bad,
+            &[attached(0, 0x0c)],
+            None,
+            &DevRoots::mounted_at(dir.path()),
+        )
+        .unwrap_err();
         assert!(
             matches!(err, CdiError::BadClaimUid { .. }),
             "{bad:?}: {err}"
         );
     }
-    assert!(build(UID, &[attached(0, 0x0c)], None, dir.path()).is_ok());
+    assert!(
+        build(
+            UID,
+            &[attached(0, 0x0c)],
+            None,
+            &DevRoots::mounted_at(dir.path())
+        )
+        .is_ok()
+    );
 }

@@ -30,7 +30,6 @@ pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -82,8 +81,8 @@ pub struct DriverParts {
     pub store: Arc<CheckpointStore>,
     /// The CDI directory.
     pub cdi: CdiDir,
-    /// Where the host's device nodes are (`/dev`).
-    pub dev_root: PathBuf,
+    /// Where the host's device nodes are.
+    pub dev: cdi::DevRoots,
     /// Metrics to update.
     pub metrics: Arc<Metrics>,
     /// Crash points (tests only).
@@ -216,7 +215,7 @@ impl Driver {
             &claim.uid,
             &attached,
             inventory.rdma_cm.as_ref(),
-            &self.parts.dev_root,
+            &self.parts.dev,
         )?;
         let devices = planned
             .iter()
@@ -270,7 +269,7 @@ impl Driver {
     /// the file was rewritten.
     async fn refresh_recorded(&self, uid: &str, record: &PreparedClaim) -> anyhow::Result<bool> {
         let inventory = self.parts.inventory.borrow().clone();
-        let content = match respec::rebuild(uid, record, &inventory, &self.parts.dev_root) {
+        let content = match respec::rebuild(uid, record, &inventory, &self.parts.dev) {
             Ok(content) => content,
             Err(stale) => {
                 self.parts.metrics.stale();

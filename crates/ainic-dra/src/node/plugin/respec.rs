@@ -10,11 +10,10 @@
 //! claim with its name. Pure: the [`Driver`](super::Driver) writes.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use topology::{CharDevice, Inventory};
 
-use crate::node::cdi::{self, AttachedDevice, CdiError, Share};
+use crate::node::cdi::{self, AttachedDevice, CdiError, DevRoots, Share};
 use crate::node::checkpoint::{DeviceIdentity, PreparedClaim, PreparedDevice};
 
 /// Why a prepared claim's spec cannot name today's devices.
@@ -77,7 +76,7 @@ pub fn rebuild(
     uid: &str,
     record: &PreparedClaim,
     inventory: &Inventory,
-    dev_root: &Path,
+    dev: &DevRoots,
 ) -> Result<String, RespecError> {
     let claim = format!("{}/{}", record.namespace, record.name);
     if record.devices.iter().any(|d| d.identity.is_none()) {
@@ -88,7 +87,7 @@ pub fn rebuild(
         .iter()
         .map(|d| attach_today(&claim, d, inventory))
         .collect::<Result<Vec<_>, _>>()?;
-    let spec = cdi::build(uid, &attached, inventory.rdma_cm.as_ref(), dev_root)
+    let spec = cdi::build(uid, &attached, inventory.rdma_cm.as_ref(), dev)
         .map_err(|source| RespecError::Cdi { claim, source })?;
     Ok(spec.content)
 }

@@ -1,3 +1,4 @@
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -36,7 +37,7 @@ fn harness() -> Harness {
         inventory,
         store: Arc::new(CheckpointStore::open(&state_dir).unwrap()),
         cdi: CdiDir::open(&cdi_dir).unwrap(),
-        dev_root: dir.path().join("dev"),
+        dev: cdi::DevRoots::mounted_at(&dir.path().join("dev")),
         metrics: Arc::new(Metrics::default()),
         faults: Faults::default(),
     }));
@@ -431,7 +432,13 @@ async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
         issm: false,
         share: None,
     }];
-    let spec = cdi::build("u1", &attached, inventory.rdma_cm.as_ref(), &h.cdi_dir).unwrap();
+    let spec = cdi::build(
+        "u1",
+        &attached,
+        inventory.rdma_cm.as_ref(),
+        &h.driver.parts.dev,
+    )
+    .unwrap();
     // As an agent before identities were recorded wrote it.
     let record = PreparedClaim {
         namespace: "ns".into(),
