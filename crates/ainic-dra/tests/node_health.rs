@@ -142,3 +142,66 @@ async fn sigterm_removes_the_sockets_and_keeps_prepared_claims() {
         "the restarted agent answers from its checkpoint"
     );
 }
+
+/// The `fabric` attribute of every device of this node's pool, once the pool
+/// has `devices` devices.
+fn fabrics(world: &World) -> Vec<String> {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let slices: Vec<ResourceSlice> = world.api.list();
+    slices
+        .iter()
+        .filter(|s| s.spec.driver == DRIVER && s.spec.pool.name == NODE)
+        .flat_map(|s| s.spec.devices.clone().unwrap_or_default())
+        .map(|d| {
+            d.attributes
+                .unwrap_or_default()
+                .get("ainic.amd.com/fabric")
+                .and_then(|a| a.string.clone())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("{what} did not happen");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_slice_comes_back_and_label_changes_are_published_without_a_resync() {
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let world = World::new("mi300x-8gpu-8nic").await;
+    // The periodic resync is an hour away: only the watches can act.
+    let _agent = world.start_agent_with(None, &["--resync-interval", "3600"]);
+    eventually("first publish", || fabrics(&world).len() == 8).await;
+
+    let slices: kube::Api<ResourceSlice> = kube::Api::all(world.api.client());
+    for slice in world.api.list::<ResourceSlice>() {
+        let name = slice.metadata.name.unwrap();
+        slices
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    assert!(fabrics(&world).is_empty());
+    eventually("deleted slices restored", || fabrics(&world).len() == 8).await;
+
+    let nodes: kube::Api<Node> = kube::Api::all(world.api.client());
+    let patch = json!({"metadata": {"labels": {"ainic.amd.com/fabric": "pod-b"}}});
+    nodes
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually("label published", || {
+        let f = fabrics(&world);
+        f.len() == 8 && f.iter().all(|f| f == "pod-b")
+    })
+    .await;
+}

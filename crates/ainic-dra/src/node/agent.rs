@@ -9,8 +9,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use dra_model::ModelConfig;
 use k8s_openapi::api::core::v1::Node;
-use tokio::sync::watch;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use tokio::sync::{mpsc, watch};
 
+use super::follow::{Seen, watch as watch_objects};
 use super::http::metrics::Metrics;
 use super::plugin::claims::KubeClaims;
 use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
@@ -21,8 +23,9 @@ use crate::classic::ClassicSettings;
 pub struct AgentConfig {
     /// The DRA plugin's settings.
     pub node: NodeConfig,
-    /// Builds the device model once the node's labels are known.
-    pub model: Box<dyn FnOnce(BTreeMap<String, String>) -> Result<ModelConfig> + Send>,
+    /// Builds the device model from the node's labels, at start and
+    /// whenever they change.
+    pub model: Box<dyn Fn(BTreeMap<String, String>) -> Result<ModelConfig> + Send + Sync>,
     /// The classic device plugin, when `--device-plugin` is set.
     pub classic: Option<ClassicSettings>,
     /// How often the publisher re-checks its slices in the API even when
@@ -50,11 +53,76 @@ async fn node_labels(client: &kube::Client, node: &str) -> BTreeMap<String, Stri
     }
 }
 
+/// Nudges the publisher whenever a watch sees this node's slices of this
+/// driver change: someone else's edit or delete is repaired within
+/// moments, not at the next resync. Our own writes nudge too; the sync
+/// they cause finds nothing to do and writes nothing.
+fn nudge_on_slice_changes(
+    client: &kube::Client,
+    node: &str,
+    driver: &str,
+    nudge: mpsc::Sender<()>,
+) {
+    let slices: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
+    let fields = format!("spec.nodeName={node},spec.driver={driver}");
+    let mut seen = watch_objects(slices, fields, "resource slices");
+    tokio::spawn(async move {
+        while seen.recv().await.is_some() {
+            // Full means a nudge is already waiting: one is enough.
+            if let Err(mpsc::error::TrySendError::Closed(())) = nudge.try_send(()) {
+                return;
+            }
+        }
+    });
+}
+
+/// Rebuilds the device model whenever the node's labels (fabric facts)
+/// change, and nudges the publisher. A change that gives no valid model is
+/// logged and the last model kept.
+fn follow_node_labels(
+    client: &kube::Client,
+    node: &str,
+    mut labels: BTreeMap<String, String>,
+    model: ModelConfig,
+    rebuild: Box<dyn Fn(BTreeMap<String, String>) -> Result<ModelConfig> + Send + Sync>,
+    nudge: mpsc::Sender<()>,
+) -> watch::Receiver<ModelConfig> {
+    let (models_tx, models) = watch::channel(model);
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let mut seen = watch_objects(nodes, format!("metadata.name={node}"), "node");
+    let node = node.to_string();
+    tokio::spawn(async move {
+        while let Some(event) = seen.recv().await {
+            let Seen::Applied(object) = event else {
+                continue;
+            };
+            let now = object.metadata.labels.unwrap_or_default();
+            if now == labels {
+                continue;
+            }
+            labels = now;
+            match rebuild(labels.clone()) {
+                Ok(model) => {
+                    if models_tx.send_if_modified(|m| std::mem::replace(m, model) != *m) {
+                        tracing::info!(%node, "node labels changed the device model; republishing");
+                        let _ = nudge.try_send(());
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%node, error = %format!("{error:#}"), "node labels changed but give no valid device model; keeping the last one")
+                }
+            }
+        }
+    });
+    models
+}
+
 /// Runs every part of the agent until a shutdown signal.
 pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     let node_name = config.node.scope.pool.clone();
     let driver_name = config.node.scope.driver.clone();
-    let model = (config.model)(node_labels(&client, &node_name).await)?;
+    let labels = node_labels(&client, &node_name).await;
+    let model = (config.model)(labels.clone())?;
 
     let mut metrics = Metrics::default();
     let publisher_metrics = PublisherMetrics::default();
@@ -85,6 +153,9 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         None => None,
     };
 
+    let (nudge_tx, nudges) = mpsc::channel(1);
+    nudge_on_slice_changes(&client, &node_name, &driver_name, nudge_tx.clone());
+    let models = follow_node_labels(&client, &node_name, labels, model, config.model, nudge_tx);
     let publisher = SlicePublisher::new(
         client,
         PublisherConfig {
@@ -100,10 +171,12 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         if let Some(split) = &dra_split {
             current = Arc::new(dra_model::classic::dra_share(split, &current));
         }
+        let model = models.borrow().clone();
         Ok(crate::cli::slices::build_checked(&current, &model)?.slices)
     };
     let mut options = RunOptions::new(config.resync_every);
     options.follow = Some(started.inventory.clone());
+    options.nudges = Some(nudges);
     let mut stopped = stop_rx.clone();
     let stop = async move {
         let _ = stopped.wait_for(|s| *s).await;

@@ -5,7 +5,8 @@
 //! - the CDI specs and checkpoint of prepared claims ([`cdi`], [`checkpoint`]);
 //! - the refresh loop feeding health and the inventory ([`health`]);
 //! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
-//! - the ResourceSlice publisher ([`publisher`]).
+//! - the ResourceSlice publisher ([`publisher`]), nudged by watches of
+//!   its own slices and the node's labels ([`follow`]).
 //!
 //! Start-up order: load the checkpoint, reconcile the CDI dir with it and
 //! rebuild every prepared claim's spec from today's devices before any
@@ -16,6 +17,7 @@ pub mod cdi;
 pub mod checkpoint;
 #[cfg(test)]
 pub mod fixtures;
+pub mod follow;
 pub mod health;
 pub mod http;
 pub mod plugin;

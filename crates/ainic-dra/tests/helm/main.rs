@@ -307,7 +307,7 @@ fn rbac_is_least_privilege() {
             .iter()
             .map(|v| format!("resource.k8s.io/deviceclasses {v}")),
     )
-    .chain(["/nodes get".to_string()])
+    .chain(["/nodes get".to_string(), "/nodes watch".to_string()])
     .collect();
     wanted.sort();
     assert_eq!(grants, wanted);

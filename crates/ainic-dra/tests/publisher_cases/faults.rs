@@ -171,3 +171,96 @@ async fn spawned_agent_loop_publishes_before_it_stops() {
     assert_eq!(publisher.metrics().syncs(SyncResult::Published), 1);
     assert_pool(&server, "n1", 1, &names(&devs));
 }
+
+/// The run loop publishing `slices` on a task, until the sender fires.
+fn run_until_stopped(
+    publisher: crate::publisher::SlicePublisher,
+    slices: Vec<ResourceSlice>,
+    options: RunOptions<u32>,
+) -> (
+    tokio::task::JoinHandle<crate::publisher::SlicePublisher>,
+    oneshot::Sender<()>,
+) {
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(crate::publisher::run(
+        publisher,
+        move || Ok(slices.clone()),
+        options,
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    (task, stop_tx)
+}
+
+#[tokio::test]
+async fn run_loop_never_gives_up_after_a_failed_publish() {
+    let server = server().await;
+    let (publisher, _) = publisher(&server, "n1");
+    // More failures than one publish's attempts (5).
+    server.inject(Fault::status(503).on(Verb::List).times(7));
+    let slices = pool("n1", &devices("pf", 2), 1);
+    let wanted = slices.len();
+    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    // No resync for an hour and no other trigger: only the retry can publish.
+    let mut options = RunOptions::<u32>::new(Duration::from_secs(3600));
+    options.reports = Some(reports_tx);
+    let (task, stop_tx) = run_until_stopped(publisher, slices, options);
+    let first = reports.recv().await.unwrap();
+    assert!(
+        first.unwrap_err().contains("gave up"),
+        "the first publish failed"
+    );
+    // Bounded only so that a loop that waits for the resync fails, not hangs.
+    let retried = tokio::time::timeout(Duration::from_secs(60), reports.recv())
+        .await
+        .expect("retried before the resync")
+        .unwrap()
+        .unwrap();
+    assert_eq!(retried.created, wanted);
+    assert_eq!(server.pending_faults(), 0);
+    stop_tx.send(()).unwrap();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn run_loop_restores_a_deleted_slice_when_its_watch_nudges() {
+    use ainic_dra::node::follow::{Seen, watch};
+    let server = server().await;
+    let (publisher, _) = publisher(&server, "n1");
+    let slices = pool("n1", &devices("pf", 4), 2);
+    let (nudge_tx, nudges) = mpsc::channel(1);
+    let api: kube::Api<ResourceSlice> = kube::Api::all(server.client());
+    let mut seen = watch(api.clone(), "spec.nodeName=n1".into(), "slices");
+    tokio::spawn(async move {
+        while let Some(event) = seen.recv().await {
+            if !matches!(event, Seen::Restarted) {
+                let _ = nudge_tx.try_send(());
+            }
+        }
+    });
+    let (reports_tx, mut reports) = mpsc::unbounded_channel();
+    let mut options = RunOptions::<u32>::new(Duration::from_secs(3600));
+    options.nudges = Some(nudges);
+    options.debounce = Duration::ZERO;
+    options.reports = Some(reports_tx);
+    let (task, stop_tx) = run_until_stopped(publisher, slices, options);
+    assert_eq!(reports.recv().await.unwrap().unwrap().created, 2);
+    let victim = server.list::<ResourceSlice>()[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    api.delete(&victim, &Default::default()).await.unwrap();
+    // Syncs nudged by our own writes find nothing to do; one restores the slice.
+    loop {
+        let outcome = reports.recv().await.unwrap().unwrap();
+        if outcome.changed {
+            assert_eq!(outcome.created + outcome.updated, 2, "{outcome:?}");
+            break;
+        }
+    }
+    assert_eq!(server.list::<ResourceSlice>().len(), 2);
+    stop_tx.send(()).unwrap();
+    task.await.unwrap();
+}

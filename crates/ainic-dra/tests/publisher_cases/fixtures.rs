@@ -41,6 +41,7 @@ pub fn backoff() -> Backoff {
         initial: Duration::from_millis(100),
         max: Duration::from_millis(400),
         attempts: 5,
+        jitter_percent: 0,
     }
 }
 

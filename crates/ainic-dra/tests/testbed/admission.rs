@@ -86,6 +86,34 @@ async fn an_agent_writes_only_its_own_nodes_slices() {
         None
     );
 
+    // The agent's two watches (its node's labels, its own slices) are
+    // allowed by the chart's RBAC and the server's field selectors.
+    use ainic_dra::node::follow::{Seen, watch};
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(agent.clone());
+    let mut node_events = watch(nodes, "metadata.name=adm-a".into(), "node");
+    assert_eq!(node_events.recv().await, Some(Seen::Restarted));
+    match node_events.recv().await {
+        Some(Seen::Applied(node)) => assert_eq!(node.metadata.name.as_deref(), Some("adm-a")),
+        other => panic!("no replay of the node: {other:?}"),
+    }
+    let fields = format!("spec.nodeName=adm-a,spec.driver={DRIVER}");
+    let mut slice_events = watch(slices.clone(), fields, "slices");
+    assert_eq!(slice_events.recv().await, Some(Seen::Restarted));
+    slices
+        .create(&pp, &slice("adm-a-watched", Some("adm-a")))
+        .await
+        .unwrap();
+    match slice_events.recv().await {
+        Some(Seen::Applied(s)) => {
+            assert_eq!(s.metadata.name.as_deref(), Some("adm-a-watched"))
+        }
+        other => panic!("the new slice was not seen: {other:?}"),
+    }
+    slices
+        .delete("adm-a-watched", &DeleteParams::default())
+        .await
+        .unwrap();
+
     // The admin is not matched by the policy.
     assert_eq!(
         refusal(admin_slices.create(&pp, &slice("adm-admin", None)).await),

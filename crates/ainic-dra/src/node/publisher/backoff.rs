@@ -22,7 +22,9 @@ impl Sleeper for TokioSleeper {
 }
 
 /// Retry policy: `initial`, doubling per attempt up to `max`, at most
-/// `attempts` tries in total.
+/// `attempts` tries in total, each delay spread by up to `jitter_percent`
+/// either way so that the agents of a whole cluster, failing together when
+/// the API server does, do not retry in lockstep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     /// Delay after the first failure.
@@ -31,6 +33,8 @@ pub struct Backoff {
     pub max: Duration,
     /// Total tries, the first included (at least 1).
     pub attempts: u32,
+    /// Spread of each delay, in percent of it (0 for exact delays).
+    pub jitter_percent: u32,
 }
 
 impl Default for Backoff {
@@ -39,16 +43,43 @@ impl Default for Backoff {
             initial: Duration::from_millis(200),
             max: Duration::from_secs(30),
             attempts: 8,
+            jitter_percent: 20,
         }
     }
 }
 
 impl Backoff {
-    /// The delay after failed attempt number `failed` (1-based).
+    /// The delay after failed attempt number `failed` (1-based), jittered.
     pub fn delay(&self, failed: u32) -> Duration {
         let factor = 2u32.saturating_pow(failed.saturating_sub(1));
-        self.initial.saturating_mul(factor).min(self.max)
+        self.jittered(self.initial.saturating_mul(factor).min(self.max))
     }
+
+    /// `delay` moved by a random amount within `jitter_percent` of it.
+    pub fn jittered(&self, delay: Duration) -> Duration {
+        spread(delay, self.jitter_percent, random())
+    }
+}
+
+/// `delay` scaled into `[1 - percent/100, 1 + percent/100)` by `random`.
+fn spread(delay: Duration, percent: u32, random: u64) -> Duration {
+    if percent == 0 {
+        return delay;
+    }
+    let span = u64::from(percent.min(100)) * 2;
+    // Per mille of the delay, from (1000 - 10·percent) up to (1000 + 10·percent).
+    let per_mille = 1000 - u64::from(percent.min(100)) * 10 + random % (span * 10);
+    let nanos = delay.as_nanos().saturating_mul(u128::from(per_mille)) / 1000;
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// A random number from the standard library's randomly keyed hasher: good
+/// enough to spread retries, and no dependency for it.
+fn random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 /// Whether an API error is transient: conflicts (someone else wrote, or our
@@ -73,10 +104,27 @@ mod tests {
             initial: Duration::from_millis(100),
             max: Duration::from_millis(500),
             attempts: 10,
+            jitter_percent: 0,
         };
         let delays: Vec<u128> = (1..=5).map(|n| b.delay(n).as_millis()).collect();
         assert_eq!(delays, [100, 200, 400, 500, 500]);
         assert_eq!(b.delay(200), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn jitter_stays_within_its_percent_and_varies() {
+        let second = Duration::from_secs(1);
+        assert_eq!(spread(second, 20, 0), Duration::from_millis(800));
+        assert_eq!(spread(second, 20, 399), Duration::from_millis(1199));
+        assert_eq!(spread(second, 20, 400), Duration::from_millis(800));
+        let b = Backoff::default();
+        let seen: std::collections::BTreeSet<Duration> =
+            (0..50).map(|_| b.jittered(second)).collect();
+        assert!(seen.len() > 1, "the delays are spread: {seen:?}");
+        assert!(
+            seen.iter().all(|d| (800..1200).contains(&d.as_millis())),
+            "{seen:?}"
+        );
     }
 
     #[test]

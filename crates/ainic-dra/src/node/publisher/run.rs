@@ -1,12 +1,13 @@
 //! The publish loop: publish at start, then again whenever the followed
-//! inventory changes, after bursts of link events, and on a periodic resync
-//! (which also repairs slices someone else changed or deleted), until
-//! shutdown.
+//! inventory changes, after bursts of link events, after nudges from the
+//! API side (a watch saw our slices changed or deleted by someone else, or
+//! the node's labels change), and on a periodic resync, until shutdown.
 //!
 //! Triggers come in on channels so any source can feed them: the agent's
-//! refresh loop (a `watch` of the inventory), a netlink listener or a test
-//! (link events). A failed build or publish is logged and leaves the last
-//! published slices in place; the next trigger tries again.
+//! refresh loop (a `watch` of the inventory), a netlink listener, API
+//! watches or a test. A failed build or publish is logged and leaves the
+//! last published slices in place; it is tried again after the backoff's
+//! cap (jittered) and so on for ever, or sooner if another trigger comes.
 
 use std::future::Future;
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub struct RunOptions<T> {
     pub links: Option<mpsc::Receiver<LinkEvent>>,
     /// Quiet time after a link event before publishing.
     pub debounce: Duration,
+    /// Nudges from the API side; a burst collapses into one publish.
+    pub nudges: Option<mpsc::Receiver<()>>,
     /// Receives the result of every sync (tests, health reporting).
     pub reports: Option<mpsc::UnboundedSender<Result<PublishOutcome, String>>>,
 }
@@ -50,6 +53,7 @@ impl<T> RunOptions<T> {
             resync_every,
             follow: None,
             links: None,
+            nudges: None,
             debounce: Duration::from_millis(500),
             reports: None,
         }
@@ -63,14 +67,18 @@ enum Trigger {
     Periodic,
     Changed,
     Link,
+    Nudged,
+    Retry,
 }
 
+/// Publishes once; whether it worked.
 async fn sync<F, T>(
     publisher: &mut SlicePublisher,
     build: &mut F,
     trigger: Trigger,
     options: &RunOptions<T>,
-) where
+) -> bool
+where
     F: FnMut() -> anyhow::Result<Vec<ResourceSlice>>,
 {
     debug!(?trigger, "building desired resource slices");
@@ -88,23 +96,33 @@ async fn sync<F, T>(
             "resource slices not published; keeping the last ones"
         );
     }
+    let ok = result.is_ok();
     if let Some(reports) = &options.reports {
         let _ = reports.send(result.map_err(|e| format!("{e:#}")));
     }
+    ok
 }
 
-/// Waits for the next link event; pending forever once there is no source.
-async fn next_link(links: &mut Option<mpsc::Receiver<LinkEvent>>) -> Option<LinkEvent> {
-    match links {
+/// Waits for the next event; pending forever once there is no source.
+async fn next_event<E>(events: &mut Option<mpsc::Receiver<E>>) -> Option<E> {
+    match events {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
 }
 
 /// Drains events that arrive within `debounce` of the previous one.
-async fn settle(links: &mut Option<mpsc::Receiver<LinkEvent>>, debounce: Duration) {
-    while let Ok(Some(event)) = tokio::time::timeout(debounce, next_link(links)).await {
-        debug!(ifname = %event.ifname, up = event.up, "link event");
+async fn settle<E: std::fmt::Debug>(events: &mut Option<mpsc::Receiver<E>>, debounce: Duration) {
+    while let Ok(Some(event)) = tokio::time::timeout(debounce, next_event(events)).await {
+        debug!(?event, "event while settling");
+    }
+}
+
+/// Waits until `at`; pending forever when there is nothing to wait for.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -132,27 +150,42 @@ where
     let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut links = options.links.take();
+    let mut nudges = options.nudges.take();
     let mut follow = options.follow.take();
-    sync(&mut publisher, &mut build, Trigger::Startup, &options).await;
-    loop {
-        let trigger = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            alive = next_change(&mut follow) => match alive {
-                true => Trigger::Changed,
-                false => { follow = None; continue }
-            },
-            event = next_link(&mut links) => match event {
-                Some(event) => {
-                    debug!(ifname = %event.ifname, up = event.up, "link event");
-                    settle(&mut links, options.debounce).await;
-                    Trigger::Link
-                }
-                None => { links = None; continue }
-            },
-            _ = ticks.tick() => Trigger::Periodic,
+    let mut trigger = Trigger::Startup;
+    'publishing: loop {
+        let ok = sync(&mut publisher, &mut build, trigger, &options).await;
+        let backoff = publisher.config().backoff;
+        let retry = (!ok).then(|| Instant::now() + backoff.jittered(backoff.max));
+        // Waits for the next trigger; a source that closes is dropped and
+        // the wait goes on without it.
+        trigger = loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break 'publishing,
+                alive = next_change(&mut follow) => match alive {
+                    true => break Trigger::Changed,
+                    false => follow = None,
+                },
+                event = next_event(&mut links) => match event {
+                    Some(event) => {
+                        debug!(ifname = %event.ifname, up = event.up, "link event");
+                        settle(&mut links, options.debounce).await;
+                        break Trigger::Link;
+                    }
+                    None => links = None,
+                },
+                nudge = next_event(&mut nudges) => match nudge {
+                    Some(()) => {
+                        settle(&mut nudges, options.debounce).await;
+                        break Trigger::Nudged;
+                    }
+                    None => nudges = None,
+                },
+                () = until(retry) => break Trigger::Retry,
+                _ = ticks.tick() => break Trigger::Periodic,
+            }
         };
-        sync(&mut publisher, &mut build, trigger, &options).await;
     }
     info!("resource slice publisher stopped");
     publisher
