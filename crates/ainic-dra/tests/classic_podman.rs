@@ -10,13 +10,12 @@
 mod node_support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use kubelet_api::deviceplugin::v1beta1 as dp;
 use testkit::fake_kubelet_dp::FakeKubelet;
 
-use node_support::{Agent, Installed, World, rootfs};
+use node_support::{Agent, Installed, World, podman_run};
 
 fn start_agent(world: &World, plugins: &Path) -> Agent {
     world.start_agent_with(
@@ -63,34 +62,8 @@ async fn podman_resolves_the_classic_cdi_names() {
     std::fs::create_dir_all("/var/run/cdi").unwrap();
     std::fs::copy(&spec, &installed.0).unwrap();
 
-    let root = rootfs(world.tmp.path());
-    let mut podman = Command::new("podman");
-    podman
-        .args(["--runtime", "runc", "run", "--rm", "--network=none"])
-        .args([
-            "--ulimit",
-            "nofile=20000:20000",
-            "--ulimit",
-            "nproc=32768:32768",
-        ]);
-    for name in &names {
-        podman.args(["--device", name]);
-    }
-    for (key, value) in &container.envs {
-        podman.args(["--env", &format!("{key}={value}")]);
-    }
-    let output = podman
-        .arg("--rootfs")
-        .arg(&root)
-        .args(["/bin/sh", "-c", "env; ls -l /dev/infiniband"])
-        .output()
-        .expect("podman is required (apt-get install podman runc busybox-static)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "podman failed for {names:?}: {stderr}\n{stdout}"
-    );
+    let env: Vec<(String, String)> = container.envs.clone().into_iter().collect();
+    let stdout = podman_run(&world, &names, &env);
     assert!(
         stdout
             .lines()

@@ -1,5 +1,7 @@
-//! A real container runtime consumes a CDI spec written by the agent: the
-//! container sees the NIC's device nodes and the RDMA environment.
+//! A real container runtime consumes CDI specs written by the agent: the
+//! container sees the NIC's device nodes and the RDMA environment, and
+//! exactly what it was given when it uses one request of a claim or
+//! several claims.
 //!
 //! Needs root and podman with runc (`apt-get install podman runc
 //! busybox-static`, done by `.ci/run`). Without them this test FAILS: it
@@ -9,11 +11,26 @@
 mod node_support;
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::json;
 
-use node_support::{DRIVER, Installed, NODE, World, nic_config, rootfs};
+use testkit::kubelet::ClaimRef;
+
+use node_support::{DRIVER, Installed, NODE, World, nic_config, podman_run};
+
+/// `env; ls -l /dev/infiniband` in a container given the CDI devices `ids`.
+fn run_with_devices(world: &World, ids: &[String]) -> String {
+    podman_run(world, ids, &[])
+}
+
+/// Copies the spec of `claim` where podman reads specs, until dropped.
+fn install_spec(world: &World, claim: &ClaimRef) -> Installed {
+    let file = format!("ainic.amd.com-{}.json", claim.uid);
+    std::fs::create_dir_all("/var/run/cdi").unwrap();
+    let installed = Installed(Path::new("/var/run/cdi").join(&file));
+    std::fs::copy(world.dirs().cdi.join(&file), &installed.0).unwrap();
+    installed
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn podman_container_sees_the_devices_and_env_of_a_prepared_claim() {
@@ -33,28 +50,9 @@ async fn podman_container_sees_the_devices_and_env_of_a_prepared_claim() {
     assert_eq!(result.error, "");
     let cdi_id = result.devices[0].cdi_device_ids[0].clone();
 
-    let file = format!("ainic.amd.com-{}.json", claim.uid);
-    std::fs::create_dir_all("/var/run/cdi").unwrap();
-    let installed = Installed(Path::new("/var/run/cdi").join(&file));
-    std::fs::copy(world.dirs().cdi.join(&file), &installed.0).unwrap();
+    let installed = install_spec(&world, &claim);
 
-    let root = rootfs(world.tmp.path());
-    let output = Command::new("podman")
-        .args(["--runtime", "runc", "run", "--rm", "--network=none"])
-        .args([
-            "--ulimit",
-            "nofile=20000:20000",
-            "--ulimit",
-            "nproc=32768:32768",
-        ])
-        .args(["--device", &cdi_id, "--rootfs"])
-        .arg(&root)
-        .args(["/bin/sh", "-c", "env; ls -l /dev/infiniband"])
-        .output()
-        .expect("podman is required for this test (apt-get install podman runc busybox-static)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "podman failed: {stderr}\n{stdout}");
+    let stdout = run_with_devices(&world, &[cdi_id]);
     for line in [
         "NCCL_IB_HCA==ionic_0",
         "AINIC_RDMA_DEVICES=ionic_0",
@@ -87,5 +85,95 @@ async fn podman_container_sees_the_devices_and_env_of_a_prepared_claim() {
         .unprepare_v1(std::slice::from_ref(&claim))
         .await
         .unwrap();
+    assert!(world.cdi_files().is_empty());
+}
+
+/// The `KEY=VALUE` lines of `env` output whose key starts with `prefix`.
+fn vars<'a>(stdout: &'a str, prefix: &str) -> Vec<&'a str> {
+    let mut found: Vec<&str> = stdout.lines().filter(|l| l.starts_with(prefix)).collect();
+    found.sort();
+    found
+}
+
+/// The verbs devices a container got.
+fn verbs(stdout: &str) -> Vec<&str> {
+    let mut found: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with('c'))
+        .filter_map(|l| l.rsplit(' ').next())
+        .filter(|name| name.starts_with("uverbs"))
+        .collect();
+    found.sort();
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_sees_what_it_was_given_by_request_and_across_claims() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let two_rails = world.claim(
+        "two-rails",
+        &[
+            ("rail0", DRIVER, NODE, "pf-0000-04-00-0"),
+            ("rail1", DRIVER, NODE, "pf-0000-24-00-0"),
+        ],
+        json!([]),
+    );
+    let other = world.claim(
+        "other",
+        &[("nic", DRIVER, NODE, "pf-0000-44-00-0")],
+        json!([]),
+    );
+    let claims = [two_rails.clone(), other.clone()];
+    let answer = kubelet.prepare_v1(&claims).await.unwrap();
+    // The CDI IDs the kubelet hands a container using `request` of `claim`
+    // (all requests when `None`).
+    let ids = |claim: &ClaimRef, request: Option<&str>| -> Vec<String> {
+        answer.claims[&claim.uid]
+            .devices
+            .iter()
+            .filter(|d| request.is_none_or(|r| d.request_names.iter().any(|n| n == r)))
+            .flat_map(|d| d.cdi_device_ids.clone())
+            .collect()
+    };
+    let _specs = (
+        install_spec(&world, &two_rails),
+        install_spec(&world, &other),
+    );
+
+    // One request of a two-request claim: only that request's NIC.
+    let out = run_with_devices(&world, &ids(&two_rails, Some("rail1")));
+    assert_eq!(
+        vars(&out, "NCCL_IB_HCA="),
+        ["NCCL_IB_HCA==ionic_1"],
+        "{out}"
+    );
+    assert_eq!(
+        vars(&out, "AINIC_PCI_ADDRESSES="),
+        ["AINIC_PCI_ADDRESSES=0000:24:00.0"]
+    );
+    assert_eq!(
+        vars(&out, "AINIC_NIC_"),
+        ["AINIC_NIC_PF_0000_24_00_0=rdma=ionic_1,netdev=enp36s0,pci=0000:24:00.0"]
+    );
+    assert_eq!(verbs(&out), ["uverbs1"], "{out}");
+
+    // Two claims in one container: one AINIC_NIC_ variable per NIC given,
+    // from both claims, and their verbs devices.
+    let mut both = ids(&two_rails, Some("rail0"));
+    both.extend(ids(&other, None));
+    let out = run_with_devices(&world, &both);
+    assert_eq!(
+        vars(&out, "AINIC_NIC_"),
+        [
+            "AINIC_NIC_PF_0000_04_00_0=rdma=ionic_0,netdev=enp4s0,pci=0000:04:00.0",
+            "AINIC_NIC_PF_0000_44_00_0=rdma=ionic_2,netdev=enp68s0,pci=0000:44:00.0",
+        ],
+        "{out}"
+    );
+    assert_eq!(verbs(&out), ["uverbs0", "uverbs2"], "{out}");
+
+    kubelet.unprepare_v1(&claims).await.unwrap();
     assert!(world.cdi_files().is_empty());
 }

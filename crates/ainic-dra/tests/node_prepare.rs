@@ -23,8 +23,9 @@ fn spec_of(world: &World, claim: &ClaimRef) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// The environment of the spec's first device.
 fn env_of(spec: &Value) -> Vec<String> {
-    spec["containerEdits"]["env"]
+    spec["devices"][0]["containerEdits"]["env"]
         .as_array()
         .unwrap()
         .iter()

@@ -268,9 +268,48 @@ impl Drop for Installed {
     }
 }
 
-/// A root filesystem without an image: busybox and `sh`, under `dir`.
+/// Runs `env; ls -l /dev/infiniband` in a podman container (runc, no
+/// network, busybox root) given the CDI devices `ids` and `env`, as the
+/// kubelet hands them to the runtime; its output. Fails without podman.
+pub fn podman_run(world: &World, ids: &[String], env: &[(String, String)]) -> String {
+    let root = rootfs(world.tmp.path());
+    let mut podman = Command::new("podman");
+    podman
+        .args(["--runtime", "runc", "run", "--rm", "--network=none"])
+        .args([
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+        ]);
+    for id in ids {
+        podman.args(["--device", id]);
+    }
+    for (key, value) in env {
+        podman.args(["--env", &format!("{key}={value}")]);
+    }
+    let output = podman
+        .arg("--rootfs")
+        .arg(&root)
+        .args(["/bin/sh", "-c", "env; ls -l /dev/infiniband"])
+        .output()
+        .expect("podman is required (apt-get install podman runc busybox-static)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "podman failed for {ids:?}: {stderr}\n{stdout}"
+    );
+    stdout
+}
+
+/// A root filesystem without an image: busybox and `sh`, under `dir`
+/// (made once; later calls return it).
 pub fn rootfs(dir: &Path) -> PathBuf {
     let root = dir.join("rootfs");
+    if root.join("bin/sh").exists() {
+        return root;
+    }
     std::fs::create_dir_all(root.join("bin")).unwrap();
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .into_iter()

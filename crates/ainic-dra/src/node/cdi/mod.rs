@@ -4,12 +4,20 @@
 //!
 //! What a container gets:
 //! - per device: the NIC's verbs device (`/dev/infiniband/uverbsN`), plus
-//!   its `umadN` / `issmN` devices when the NicConfig asks for them; for a
-//!   share, `AINIC_SHARE_ID` and `AINIC_CONSUMED_<CAPACITY>`;
-//! - once per claim: `/dev/infiniband/rdma_cm` and the environment that
-//!   RCCL/NCCL and scripts rely on: `NCCL_IB_HCA` (exact-match list of the
-//!   claim's RDMA devices), `AINIC_RDMA_DEVICES`, `AINIC_NETDEVS`,
-//!   `AINIC_PCI_ADDRESSES`, `AINIC_DEVICES` (comma-separated, allocation order).
+//!   its `umadN` / `issmN` devices when the NicConfig asks for them;
+//!   `AINIC_NIC_<DEVICE>=rdma=..,netdev=..,pci=..` (a name of its own, so
+//!   these add up across requests and claims); for a share,
+//!   `AINIC_SHARE_ID` and `AINIC_CONSUMED_<CAPACITY>`;
+//! - per request, on each of the request's devices: the lists RCCL/NCCL
+//!   and scripts rely on, of that request's devices: `NCCL_IB_HCA`
+//!   (exact-match list of RDMA devices), `AINIC_RDMA_DEVICES`,
+//!   `AINIC_NETDEVS`, `AINIC_PCI_ADDRESSES`, `AINIC_DEVICES`
+//!   (comma-separated, allocation order). The kubelet gives a container
+//!   the CDI devices of the requests it uses, so one that uses one request
+//!   (or a whole single-request claim) sees exactly its NICs. CDI cannot
+//!   merge a variable: a container given several requests or claims sees
+//!   the lists of the last one injected, and the `AINIC_NIC_*` set for all;
+//! - once per claim: `/dev/infiniband/rdma_cm`.
 //!
 //! The spec is built with the types of [`dra_model::cdi`], given the lowest
 //! `cdiVersion` its fields need (runtimes such as podman 4.3 accept only up
@@ -35,6 +43,8 @@ pub const FILE_PREFIX: &str = "ainic.amd.com-";
 pub struct AttachedDevice {
     /// DRA device name (`pf-0000-0c-00-0`).
     pub device: String,
+    /// The claim's request it was allocated for.
+    pub request: String,
     /// The NIC function behind it.
     pub nic: NicFunction,
     /// Give the MAD devices too.
@@ -134,16 +144,23 @@ pub fn build(
     }
     let mut cdi_devices = Vec::with_capacity(devices.len());
     for d in devices {
+        let mut edits = device_edits(d, dev)?;
+        let of_request: Vec<&AttachedDevice> =
+            devices.iter().filter(|o| o.request == d.request).collect();
+        edits.env.extend(list_env(&of_request));
         cdi_devices.push(cdi::Device {
             name: device_name(claim_uid, d),
-            container_edits: device_edits(d, dev)?,
+            container_edits: edits,
             ..cdi::Device::default()
         });
     }
     let spec = cdi::Spec {
         kind: KIND.to_string(),
         devices: cdi_devices,
-        container_edits: Some(claim_edits(devices, rdma_cm, dev)),
+        container_edits: Some(cdi::ContainerEdits {
+            device_nodes: rdma_cm.map(|cm| dev.device_node(cm)).into_iter().collect(),
+            ..cdi::ContainerEdits::default()
+        }),
         ..cdi::Spec::default()
     };
     let device_ids = spec
@@ -177,7 +194,18 @@ fn device_edits(d: &AttachedDevice, dev: &DevRoots) -> Result<cdi::ContainerEdit
     if d.issm {
         nodes.extend(rdma.issm.iter().map(|c| dev.device_node(c)));
     }
-    let mut env = Vec::new();
+    let mut env = vec![format!(
+        "AINIC_NIC_{}=rdma={},netdev={},pci={}",
+        env_suffix(&d.device),
+        rdma.name,
+        d.nic
+            .netdevs
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect::<Vec<_>>()
+            .join("+"),
+        d.nic.address
+    )];
     if let Some(share) = &d.share {
         env.push(format!("AINIC_SHARE_ID={}", share.id));
         env.extend(
@@ -194,11 +222,8 @@ fn device_edits(d: &AttachedDevice, dev: &DevRoots) -> Result<cdi::ContainerEdit
     })
 }
 
-fn claim_edits(
-    devices: &[AttachedDevice],
-    rdma_cm: Option<&CharDevice>,
-    dev: &DevRoots,
-) -> cdi::ContainerEdits {
+/// The list variables of one request's devices.
+fn list_env(devices: &[&AttachedDevice]) -> Vec<String> {
     let rdma: Vec<&str> = devices
         .iter()
         .filter_map(|d| d.nic.rdma.first().map(|r| r.name.as_str()))
@@ -209,17 +234,13 @@ fn claim_edits(
         .collect();
     let addresses: Vec<String> = devices.iter().map(|d| d.nic.address.to_string()).collect();
     let names: Vec<&str> = devices.iter().map(|d| d.device.as_str()).collect();
-    cdi::ContainerEdits {
-        env: vec![
-            format!("NCCL_IB_HCA=={}", rdma.join(",")),
-            format!("AINIC_RDMA_DEVICES={}", rdma.join(",")),
-            format!("AINIC_NETDEVS={}", netdevs.join(",")),
-            format!("AINIC_PCI_ADDRESSES={}", addresses.join(",")),
-            format!("AINIC_DEVICES={}", names.join(",")),
-        ],
-        device_nodes: rdma_cm.map(|cm| dev.device_node(cm)).into_iter().collect(),
-        ..cdi::ContainerEdits::default()
-    }
+    vec![
+        format!("NCCL_IB_HCA=={}", rdma.join(",")),
+        format!("AINIC_RDMA_DEVICES={}", rdma.join(",")),
+        format!("AINIC_NETDEVS={}", netdevs.join(",")),
+        format!("AINIC_PCI_ADDRESSES={}", addresses.join(",")),
+        format!("AINIC_DEVICES={}", names.join(",")),
+    ]
 }
 
 /// Where the host's device nodes are: where this process sees them and

@@ -5,6 +5,7 @@ use serde_json::Value;
 fn attached(i: u8, bus: u8) -> AttachedDevice {
     AttachedDevice {
         device: format!("pf-0000-{bus:02x}-00-0"),
+        request: "nic".into(),
         nic: fixtures::pf(i, bus),
         umad: false,
         issm: false,
@@ -49,7 +50,7 @@ fn one_nic_gets_verbs_rdma_cm_and_nccl_env_at_the_lowest_version() {
         nodes[0].get("hostPath").is_none(),
         "no host node under this dev root"
     );
-    let env: Vec<&str> = v["containerEdits"]["env"]
+    let env: Vec<&str> = v["devices"][0]["containerEdits"]["env"]
         .as_array()
         .unwrap()
         .iter()
@@ -58,6 +59,14 @@ fn one_nic_gets_verbs_rdma_cm_and_nccl_env_at_the_lowest_version() {
     assert!(env.contains(&"NCCL_IB_HCA==ionic_0"), "{env:?}");
     assert!(env.contains(&"AINIC_NETDEVS=eth0"), "{env:?}");
     assert!(env.contains(&"AINIC_PCI_ADDRESSES=0000:0c:00.0"), "{env:?}");
+    assert!(
+        env.contains(&"AINIC_NIC_PF_0000_0C_00_0=rdma=ionic_0,netdev=eth0,pci=0000:0c:00.0"),
+        "{env:?}"
+    );
+    assert!(
+        v["containerEdits"].get("env").is_none(),
+        "no claim-wide env"
+    );
     assert_eq!(
         v["containerEdits"]["deviceNodes"][0]["path"],
         "/dev/infiniband/rdma_cm"
@@ -135,8 +144,35 @@ fn umad_and_issm_when_asked_and_all_nics_in_the_env() {
             .len(),
         1
     );
-    let env = v["containerEdits"]["env"].to_string();
-    assert!(env.contains("NCCL_IB_HCA==ionic_0,ionic_1"), "{env}");
+    // One request: each of its devices carries the whole request's lists.
+    for d in 0..2 {
+        let env = v["devices"][d]["containerEdits"]["env"].to_string();
+        assert!(env.contains("NCCL_IB_HCA==ionic_0,ionic_1"), "{env}");
+    }
+}
+
+#[test]
+fn each_request_lists_only_its_own_nics() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut second = attached(1, 0x0d);
+    second.request = "rail1".into();
+    let spec = build(
+        "abc",
+        &[attached(0, 0x0c), second],
+        None,
+        &DevRoots::mounted_at(dir.path()),
+    )
+    .unwrap();
+    let v = parsed(&spec);
+    let env = |d: usize| v["devices"][d]["containerEdits"]["env"].to_string();
+    assert!(env(0).contains("NCCL_IB_HCA==ionic_0\""), "{}", env(0));
+    assert!(
+        env(0).contains("AINIC_DEVICES=pf-0000-0c-00-0\""),
+        "{}",
+        env(0)
+    );
+    assert!(env(1).contains("NCCL_IB_HCA==ionic_1\""), "{}", env(1));
+    assert!(!env(0).contains("ionic_1") && !env(1).contains("ionic_0"));
 }
 
 #[test]

@@ -175,6 +175,7 @@ pub fn plan(
                 admin_access: r.admin_access == Some(true),
                 attached: AttachedDevice {
                     device: r.device.clone(),
+                    request: r.request.clone(),
                     nic: (*nic).clone(),
                     umad: config.umad,
                     issm: config.issm,

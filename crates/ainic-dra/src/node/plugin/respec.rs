@@ -110,6 +110,7 @@ fn attach_today(
         })?;
     Ok(AttachedDevice {
         device: device.device.clone(),
+        request: device.requests.first().cloned().unwrap_or_default(),
         nic: nic.clone(),
         umad: identity.umad,
         issm: identity.issm,

@@ -364,7 +364,7 @@ async fn a_repeated_prepare_rebuilds_the_spec_from_todays_device_numbers() {
             .iter()
             .any(|(p, _)| p.ends_with("uverbs0") || p.ends_with("umad0"))
     );
-    let env = spec["containerEdits"]["env"].to_string();
+    let env = spec["devices"][0]["containerEdits"]["env"].to_string();
     assert!(env.contains("NCCL_IB_HCA==rocep12s0"), "{env}");
 
     let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
@@ -427,6 +427,7 @@ async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
     let inventory = fixtures::inventory();
     let attached = [cdi::AttachedDevice {
         device: PF0.into(),
+        request: "nic".into(),
         nic: inventory.nics[0].clone(),
         umad: false,
         issm: false,
