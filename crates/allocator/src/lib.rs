@@ -52,7 +52,7 @@ pub use crate::model::{AttributeValue, DeviceInfo};
 pub use crate::node::NodeFacts;
 pub use crate::release::{Implementation, Release, Rules, UnknownRelease};
 pub use crate::request::ALLOCATION_RESULTS_MAX_SIZE;
-pub use crate::scenario::{Answer, Scenario};
+pub use crate::scenario::{Answer, Scenario, documents};
 
 use crate::cel::Selector;
 use crate::context::{AllocatedState, NodeContext};

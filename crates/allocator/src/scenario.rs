@@ -17,6 +17,41 @@ use serde_json::Value;
 
 use crate::{AllocateError, Allocator, Features, NodeFacts};
 
+/// The objects of a JSON or multi-document YAML text, `kind: List` and
+/// JSON arrays flattened, empty documents skipped.
+pub fn documents(text: &str) -> Result<Vec<Value>, String> {
+    let trimmed = text.trim_start();
+    let raw: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        vec![serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?]
+    } else {
+        let mut docs = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(text) {
+            let value = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc)
+                .map_err(|e| format!("invalid YAML: {e}"))?;
+            docs.push(serde_json::to_value(value).map_err(|e| format!("invalid YAML: {e}"))?);
+        }
+        docs
+    };
+    let mut out = Vec::new();
+    let mut queue: Vec<Value> = raw.into_iter().rev().collect();
+    while let Some(value) = queue.pop() {
+        match value {
+            Value::Null => {}
+            Value::Array(items) => queue.extend(items.into_iter().rev()),
+            Value::Object(ref map) if map.get("kind").and_then(Value::as_str) == Some("List") => {
+                let items = map
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                queue.extend(items.into_iter().rev());
+            }
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
 /// The objects of a question, by kind.
 #[derive(Debug, Clone, Default)]
 pub struct Scenario {

@@ -15,6 +15,7 @@
 pub mod agent;
 pub mod cdi;
 pub mod checkpoint;
+pub mod faults;
 #[cfg(test)]
 pub mod fixtures;
 pub mod follow;
@@ -117,7 +118,6 @@ pub async fn start(
         cdi,
         dev: config.dev.clone(),
         metrics: metrics.clone(),
-        faults: plugin::faults::Faults::from_env(),
     }));
 
     let refreshed = driver.refresh_all().await;

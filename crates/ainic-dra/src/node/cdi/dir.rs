@@ -69,6 +69,7 @@ impl CdiDir {
             }
         };
         fs::write(&tmp, content).map_err(err("write", &tmp))?;
+        crate::node::faults::hit(crate::node::faults::Point::CdiTempWritten);
         fs::rename(&tmp, &target).map_err(err("rename", &target))
     }
 

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::node::faults::{self, Point};
+
 /// Format version written in the header.
 pub const VERSION: u32 = 1;
 /// File name inside `--state-dir`.
@@ -241,8 +243,11 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     };
     let tmp = path.with_extension("tmp");
     let mut file = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    faults::hit(Point::CheckpointTempCreated);
     file.write_all(bytes).map_err(io("write", &tmp))?;
+    faults::hit(Point::CheckpointTempWritten);
     file.sync_all().map_err(io("fsync", &tmp))?;
+    faults::hit(Point::CheckpointTempSynced);
     drop(file);
     fs::rename(&tmp, path).map_err(io("rename", path))
 }

@@ -21,7 +21,6 @@
 //! claim's lock, finds it done.
 
 pub mod claims;
-pub mod faults;
 pub mod grpc;
 pub mod registration;
 pub mod resolve;
@@ -41,9 +40,9 @@ use tracing::Instrument;
 use crate::node::cdi::{self, CdiDir};
 use crate::node::checkpoint::store::CheckpointStore;
 use crate::node::checkpoint::{PreparedClaim, PreparedDevice};
+use crate::node::faults::{self, Point};
 use crate::node::http::metrics::{Metrics, Operation};
 use claims::SharedClaims;
-use faults::{Faults, Point};
 use resolve::Scope;
 
 /// A claim as the kubelet names it.
@@ -85,8 +84,6 @@ pub struct DriverParts {
     pub dev: cdi::DevRoots,
     /// Metrics to update.
     pub metrics: Arc<Metrics>,
-    /// Crash points (tests only).
-    pub faults: Faults,
 }
 
 /// Prepares and unprepares claims; one per node agent, shared by every
@@ -242,9 +239,9 @@ impl Driver {
         spec: cdi::ClaimSpec,
         devices: &[PreparedDevice],
     ) -> anyhow::Result<()> {
-        self.parts.faults.hit(Point::PrepareBeforeCdi);
+        faults::hit(Point::PrepareBeforeCdi);
         self.parts.cdi.write(&spec)?;
-        self.parts.faults.hit(Point::PrepareAfterCdi);
+        faults::hit(Point::PrepareAfterCdi);
         let record = PreparedClaim {
             namespace: claim.namespace.clone(),
             name: claim.name.clone(),
@@ -258,7 +255,7 @@ impl Driver {
             }
             return Err(e.into());
         }
-        self.parts.faults.hit(Point::PrepareAfterCheckpoint);
+        faults::hit(Point::PrepareAfterCheckpoint);
         Ok(())
     }
 
@@ -338,10 +335,11 @@ impl Driver {
         let Some(record) = self.parts.store.get(&claim.uid) else {
             return Ok(());
         };
-        self.parts.faults.hit(Point::UnprepareBeforeCdi);
+        faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
-        self.parts.faults.hit(Point::UnprepareAfterCdi);
+        faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;
+        faults::hit(Point::UnprepareAfterCheckpoint);
         Ok(())
     }
 }

@@ -39,7 +39,6 @@ fn harness() -> Harness {
         cdi: CdiDir::open(&cdi_dir).unwrap(),
         dev: cdi::DevRoots::mounted_at(&dir.path().join("dev")),
         metrics: Arc::new(Metrics::default()),
-        faults: Faults::default(),
     }));
     Harness {
         driver,

@@ -1,0 +1,125 @@
+//! Kill points for tests: with `AINIC_DRA_FAULT=<point>[@<n>]` in its
+//! environment, the process aborts (no clean-up, like `kill -9`) the `n`th
+//! time (default: the first) it reaches that point. The end-to-end tests
+//! use it to prove that a crash between any two steps of prepare and
+//! unprepare, down to the steps of each durable write, leaves nothing
+//! behind once the agent restarts and the kubelet retries.
+//!
+//! Only in builds with debug assertions (the test builds): a release build
+//! ignores the variable and [`hit`] compiles to nothing.
+
+#[cfg(debug_assertions)]
+use std::sync::OnceLock;
+#[cfg(debug_assertions)]
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Environment variable naming the kill point.
+pub const ENV: &str = "AINIC_DRA_FAULT";
+
+/// Places worth a crash: the steps of prepare and unprepare and of the
+/// two durable writes they make (a CDI spec, the checkpoint).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Point {
+    /// Claim read and planned; nothing written yet.
+    PrepareBeforeCdi,
+    /// CDI spec written; checkpoint not yet.
+    PrepareAfterCdi,
+    /// Checkpoint written; the kubelet has not got the answer.
+    PrepareAfterCheckpoint,
+    /// Unprepare started; nothing removed yet.
+    UnprepareBeforeCdi,
+    /// CDI spec removed; checkpoint still lists the claim.
+    UnprepareAfterCdi,
+    /// Checkpoint entry removed; the kubelet has not got the answer.
+    UnprepareAfterCheckpoint,
+    /// A CDI spec's temp file is written, not yet renamed over the spec.
+    CdiTempWritten,
+    /// The checkpoint's temp file is created, empty.
+    CheckpointTempCreated,
+    /// The checkpoint's temp file is written, not yet fsynced.
+    CheckpointTempWritten,
+    /// The checkpoint's temp file is fsynced, not yet renamed.
+    CheckpointTempSynced,
+}
+
+impl Point {
+    /// Every point, for sweeps.
+    pub const ALL: [Point; 10] = [
+        Point::PrepareBeforeCdi,
+        Point::PrepareAfterCdi,
+        Point::PrepareAfterCheckpoint,
+        Point::UnprepareBeforeCdi,
+        Point::UnprepareAfterCdi,
+        Point::UnprepareAfterCheckpoint,
+        Point::CdiTempWritten,
+        Point::CheckpointTempCreated,
+        Point::CheckpointTempWritten,
+        Point::CheckpointTempSynced,
+    ];
+
+    /// The value of [`ENV`] that selects this point.
+    pub fn name(self) -> &'static str {
+        match self {
+            Point::PrepareBeforeCdi => "prepare-before-cdi",
+            Point::PrepareAfterCdi => "prepare-after-cdi",
+            Point::PrepareAfterCheckpoint => "prepare-after-checkpoint",
+            Point::UnprepareBeforeCdi => "unprepare-before-cdi",
+            Point::UnprepareAfterCdi => "unprepare-after-cdi",
+            Point::UnprepareAfterCheckpoint => "unprepare-after-checkpoint",
+            Point::CdiTempWritten => "cdi-temp-written",
+            Point::CheckpointTempCreated => "checkpoint-temp-created",
+            Point::CheckpointTempWritten => "checkpoint-temp-written",
+            Point::CheckpointTempSynced => "checkpoint-temp-synced",
+        }
+    }
+}
+
+/// `point[@n]` as (point, n); `None` when malformed.
+pub fn parse(value: &str) -> Option<(&str, u32)> {
+    match value.split_once('@') {
+        None => Some((value, 1)),
+        Some((point, n)) => Some((point, n.parse().ok().filter(|n| *n > 0)?)),
+    }
+}
+
+#[cfg(debug_assertions)]
+fn armed() -> &'static Option<(String, u32)> {
+    static ARMED: OnceLock<Option<(String, u32)>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        let value = std::env::var(ENV).ok().filter(|v| !v.is_empty())?;
+        match parse(&value) {
+            Some((point, n)) => Some((point.to_string(), n)),
+            None => panic!("{ENV}={value:?} is not <point>[@<n>] with n >= 1"),
+        }
+    })
+}
+
+/// Aborts the process if `point` is the armed one and this is its `n`th hit.
+#[inline]
+pub fn hit(point: Point) {
+    #[cfg(debug_assertions)]
+    if let Some((armed, n)) = armed()
+        && armed == point.name()
+    {
+        static HITS: AtomicU32 = AtomicU32::new(0);
+        if HITS.fetch_add(1, Ordering::SeqCst) + 1 == *n {
+            eprintln!("ainic-dra: fault injection: aborting at {armed}@{n}");
+            std::process::abort();
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = point;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_point_with_or_without_a_count() {
+        assert_eq!(parse("cdi-temp-written"), Some(("cdi-temp-written", 1)));
+        assert_eq!(parse("cdi-temp-written@3"), Some(("cdi-temp-written", 3)));
+        assert_eq!(parse("cdi-temp-written@0"), None);
+        assert_eq!(parse("cdi-temp-written@x"), None);
+    }
+}
