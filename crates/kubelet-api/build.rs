@@ -4,6 +4,7 @@
 const PROTOS: &[&str] = &[
     "dra/v1/api.proto",
     "dra/v1beta1/api.proto",
+    "dra-health/v1/api.proto",
     "dra-health/v1alpha1/api.proto",
     "pluginregistration/v1/api.proto",
     "deviceplugin/v1beta1/api.proto",

@@ -205,3 +205,65 @@ async fn a_deleted_slice_comes_back_and_label_changes_are_published_without_a_re
     })
     .await;
 }
+
+/// Whether the published device `name` carries the driver's unhealthy taint.
+fn tainted(world: &World, name: &str) -> Option<bool> {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let slices: Vec<ResourceSlice> = world.api.list();
+    let device = slices
+        .iter()
+        .filter(|s| s.spec.driver == DRIVER && s.spec.pool.name == NODE)
+        .flat_map(|s| s.spec.devices.clone().unwrap_or_default())
+        .find(|d| d.name == name)?;
+    Some(!device.taints.unwrap_or_default().is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_v1_reports_a_link_down_then_up_and_the_taint_follows() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    // Taints are published where the API server keeps them (gate on).
+    let flags = [
+        "--refresh-interval",
+        "1",
+        "--feature-gates",
+        "DRADeviceTaints=true",
+    ];
+    let _agent = world.start_agent_with(None, &flags);
+    let kubelet = world.register().await;
+    let mut stream = kubelet.watch_health_v1().await.unwrap();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.devices.len(), 8);
+    assert!(first.devices.iter().all(|d| d.health == HEALTHY));
+    assert!(
+        first
+            .devices
+            .iter()
+            .all(|d| d.health_check_timeout_seconds > 0)
+    );
+
+    let operstate = world.sysfs.join("class/net/enp4s0/operstate");
+    for (state, wanted) in [("down", UNHEALTHY), ("up", HEALTHY)] {
+        std::fs::write(&operstate, format!("{state}\n")).unwrap();
+        loop {
+            let next = stream.message().await.unwrap().expect("stream stays open");
+            if next.devices[0].health == wanted {
+                break;
+            }
+        }
+        let want_taint = wanted == UNHEALTHY;
+        eventually_tainted(&world, "pf-0000-04-00-0", want_taint).await;
+    }
+}
+
+async fn eventually_tainted(world: &World, name: &str, wanted: bool) {
+    for _ in 0..400 {
+        if tainted(world, name) == Some(wanted) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!(
+        "{name}: taint present should be {wanted}, is {:?}",
+        tainted(world, name)
+    );
+}

@@ -2,7 +2,7 @@
 //! crate's own `.proto` files (wire-identical to `k8s.io/kubelet/pkg/apis`).
 //!
 //! - [`dra::v1`], [`dra::v1beta1`]: the `DRAPlugin` service (prepare/unprepare).
-//! - [`dra_health::v1alpha1`]: the `DRAResourceHealth` stream.
+//! - [`dra_health::v1`], [`dra_health::v1alpha1`]: the `DRAResourceHealth` stream.
 //! - [`pluginregistration::v1`]: the plugin watcher's `Registration` service.
 //! - [`deviceplugin::v1beta1`]: the classic device plugin API.
 //! - [`uds`]: serving and dialling these services over unix sockets.
@@ -36,6 +36,15 @@ pub mod dra {
 
 /// Device health reporting of DRA drivers.
 pub mod dra_health {
+    /// Proto package `v1` (`k8s.io/kubelet/pkg/apis/dra-health/v1`), GA in 1.37.
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        tonic::include_proto!("v1");
+
+        /// Listed in `supported_versions` by a plugin that serves `DRAResourceHealth`.
+        pub const SERVICE: &str = "v1.DRAResourceHealth";
+    }
+
     /// Proto package `v1alpha1` (`k8s.io/kubelet/pkg/apis/dra-health/v1alpha1`).
     #[allow(missing_docs, clippy::all, clippy::pedantic)]
     pub mod v1alpha1 {

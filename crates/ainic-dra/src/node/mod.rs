@@ -1,7 +1,7 @@
 //! The node agent (`ainic-dra node`): discovers the node's NICs and wires
 //! the long-running tasks around one shared inventory:
 //! - the kubelet DRA plugin ([`plugin`]): registration socket, `DRAPlugin`
-//!   v1/v1beta1 and `DRAResourceHealth` on the plugin socket;
+//!   v1/v1beta1 and `DRAResourceHealth` v1/v1alpha1 on the plugin socket;
 //! - the CDI specs and checkpoint of prepared claims ([`cdi`], [`checkpoint`]);
 //! - the refresh loop feeding health and the inventory ([`health`]);
 //! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kubelet_api::dra::{v1, v1beta1};
-use kubelet_api::dra_health::v1alpha1 as health_api;
+use kubelet_api::dra_health::{v1 as health_v1, v1alpha1 as health_v1alpha1};
 use kubelet_api::pluginregistration::v1 as reg;
 use tokio::sync::watch;
 use topology::{DiscoveryConfig, Inventory};
@@ -163,7 +163,12 @@ pub async fn start(
                 plugin::grpc::V1beta1(driver.clone()),
             ))
             .add_service(
-                health_api::dra_resource_health_server::DraResourceHealthServer::new(
+                health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                    health_service.clone(),
+                ),
+            )
+            .add_service(
+                health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
                     health_service,
                 ),
             )

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kubelet_api::dra::{v1, v1beta1};
-use kubelet_api::dra_health::v1alpha1 as health;
+use kubelet_api::dra_health::{v1 as health_v1, v1alpha1 as health};
 use kubelet_api::pluginregistration::v1 as reg;
 use tonic::transport::Channel;
 
@@ -261,6 +261,21 @@ impl DraPluginClient {
             health::dra_resource_health_client::DraResourceHealthClient::new(self.channel.clone());
         Ok(client
             .node_watch_resources(health::NodeWatchResourcesRequest {})
+            .await
+            .map_err(call("NodeWatchResources"))?
+            .into_inner())
+    }
+
+    /// Opens `DRAResourceHealth.NodeWatchResources` in version `v1`, which
+    /// the kubelet of 1.37 uses when the plugin lists it.
+    pub async fn watch_health_v1(
+        &self,
+    ) -> Result<tonic::Streaming<health_v1::NodeWatchResourcesResponse>, SimError> {
+        let mut client = health_v1::dra_resource_health_client::DraResourceHealthClient::new(
+            self.channel.clone(),
+        );
+        Ok(client
+            .node_watch_resources(health_v1::NodeWatchResourcesRequest {})
             .await
             .map_err(call("NodeWatchResources"))?
             .into_inner())

@@ -1,7 +1,7 @@
 //! Device health: HEALTHY / UNHEALTHY / UNKNOWN per published device from
 //! link and RDMA-port state, served to the kubelet as the
-//! `DRAResourceHealth.NodeWatchResources` stream (the full device list
-//! first, then again after every inventory refresh).
+//! `DRAResourceHealth.NodeWatchResources` stream, `v1` and `v1alpha1`
+//! (the full device list first, then again after every inventory refresh).
 //!
 //! Rules (the same facts the slice builder turns into the `unhealthy`
 //! taint): a netdev whose `operstate` is down, or an RDMA port whose state
@@ -14,11 +14,22 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use kubelet_api::dra_health::v1alpha1 as api;
+use kubelet_api::dra_health::{v1, v1alpha1};
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::WatchStream;
 use topology::{FunctionKind, Inventory, NicFunction};
+
+/// What the driver knows of a device's health.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Link and RDMA ports up.
+    Healthy,
+    /// A link or RDMA port is down.
+    Unhealthy,
+    /// No state to judge by.
+    Unknown,
+}
 
 /// The health of one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +37,7 @@ pub struct DeviceState {
     /// DRA device name.
     pub device: String,
     /// Its health.
-    pub health: api::HealthStatus,
+    pub health: Health,
     /// Why, for humans.
     pub message: String,
 }
@@ -45,9 +56,9 @@ impl HealthReport {
     pub fn counts(&self) -> [(&'static str, usize); 3] {
         let count = |h| self.devices.iter().filter(|d| d.health == h).count();
         [
-            ("healthy", count(api::HealthStatus::Healthy)),
-            ("unhealthy", count(api::HealthStatus::Unhealthy)),
-            ("unknown", count(api::HealthStatus::Unknown)),
+            ("healthy", count(Health::Healthy)),
+            ("unhealthy", count(Health::Unhealthy)),
+            ("unknown", count(Health::Unknown)),
         ]
     }
 }
@@ -72,17 +83,14 @@ pub fn assess(inventory: &Inventory, updated_at: i64) -> HealthReport {
     }
 }
 
-fn state_of(nic: &NicFunction, inventory: &Inventory) -> (api::HealthStatus, String) {
+fn state_of(nic: &NicFunction, inventory: &Inventory) -> (Health, String) {
     if let Some(n) = nic.netdevs.iter().find(|n| {
         matches!(
             n.operstate.as_deref(),
             Some("down" | "lowerlayerdown" | "notpresent")
         )
     }) {
-        return (
-            api::HealthStatus::Unhealthy,
-            format!("link of {} is down", n.name),
-        );
+        return (Health::Unhealthy, format!("link of {} is down", n.name));
     }
     for rdma in &nic.rdma {
         if let Some(p) = rdma.ports.iter().find(|p| {
@@ -92,7 +100,7 @@ fn state_of(nic: &NicFunction, inventory: &Inventory) -> (api::HealthStatus, Str
         }) {
             let state = p.state.as_deref().unwrap_or_default();
             let message = format!("RDMA port {}/{} is {state}", rdma.name, p.number);
-            return (api::HealthStatus::Unhealthy, message);
+            return (Health::Unhealthy, message);
         }
     }
     if let FunctionKind::Vf { physfn, .. } = nic.kind
@@ -110,19 +118,16 @@ fn state_of(nic: &NicFunction, inventory: &Inventory) -> (api::HealthStatus, Str
             .flat_map(|r| &r.ports)
             .any(|p| p.state.is_some());
     if known {
-        (
-            api::HealthStatus::Healthy,
-            "link and RDMA ports up".to_string(),
-        )
+        (Health::Healthy, "link and RDMA ports up".to_string())
     } else {
-        (
-            api::HealthStatus::Unknown,
-            "no link or port state".to_string(),
-        )
+        (Health::Unknown, "no link or port state".to_string())
     }
 }
 
-/// The `DRAResourceHealth` service.
+/// The `DRAResourceHealth` service, in both versions the kubelet knows:
+/// `v1` (GA in 1.37, which the kubelet picks when both are listed) and
+/// `v1alpha1` (the only one before 1.37). One stream of reports feeds both.
+#[derive(Clone)]
 pub struct HealthService {
     pool: String,
     reports: watch::Receiver<Arc<HealthReport>>,
@@ -144,45 +149,64 @@ impl HealthService {
         }
     }
 
-    fn to_message(&self, report: &HealthReport) -> api::NodeWatchResourcesResponse {
-        api::NodeWatchResourcesResponse {
-            devices: report
-                .devices
-                .iter()
-                .map(|d| api::DeviceHealth {
-                    device: Some(api::DeviceIdentifier {
+    /// Every report as `to_message` turns it, the current one first
+    /// (`WatchStream` yields it at once), then each new one.
+    fn stream<M: Send + 'static>(
+        &self,
+        to_message: impl Fn(&Self, &HealthReport) -> M + Send + 'static,
+    ) -> Pin<Box<dyn Stream<Item = Result<M, tonic::Status>> + Send>> {
+        let this = self.clone();
+        Box::pin(WatchStream::new(self.reports.clone()).map(move |r| Ok(to_message(&this, &r))))
+    }
+}
+
+/// The same message in both API versions: their types differ only by
+/// package, so one macro writes the conversion and the server for each.
+macro_rules! health_version {
+    ($api:ident, $convert:ident) => {
+        impl HealthService {
+            fn $convert(&self, report: &HealthReport) -> $api::NodeWatchResourcesResponse {
+                let devices = report.devices.iter().map(|d| $api::DeviceHealth {
+                    device: Some($api::DeviceIdentifier {
                         pool_name: self.pool.clone(),
                         device_name: d.device.clone(),
                     }),
-                    health: d.health as i32,
+                    health: match d.health {
+                        Health::Healthy => $api::HealthStatus::Healthy,
+                        Health::Unhealthy => $api::HealthStatus::Unhealthy,
+                        Health::Unknown => $api::HealthStatus::Unknown,
+                    } as i32,
                     last_updated_time: report.updated_at,
                     health_check_timeout_seconds: self.timeout_seconds,
                     message: d.message.clone(),
-                })
-                .collect(),
+                });
+                $api::NodeWatchResourcesResponse {
+                    devices: devices.collect(),
+                }
+            }
         }
-    }
+
+        #[tonic::async_trait]
+        impl $api::dra_resource_health_server::DraResourceHealth for HealthService {
+            type NodeWatchResourcesStream = Pin<
+                Box<
+                    dyn Stream<Item = Result<$api::NodeWatchResourcesResponse, tonic::Status>>
+                        + Send,
+                >,
+            >;
+
+            async fn node_watch_resources(
+                &self,
+                _: tonic::Request<$api::NodeWatchResourcesRequest>,
+            ) -> Result<tonic::Response<Self::NodeWatchResourcesStream>, tonic::Status> {
+                Ok(tonic::Response::new(self.stream(Self::$convert)))
+            }
+        }
+    };
 }
 
-type ReportStream =
-    Pin<Box<dyn Stream<Item = Result<api::NodeWatchResourcesResponse, tonic::Status>> + Send>>;
-
-#[tonic::async_trait]
-impl api::dra_resource_health_server::DraResourceHealth for HealthService {
-    type NodeWatchResourcesStream = ReportStream;
-
-    async fn node_watch_resources(
-        &self,
-        _: tonic::Request<api::NodeWatchResourcesRequest>,
-    ) -> Result<tonic::Response<Self::NodeWatchResourcesStream>, tonic::Status> {
-        let pool = self.pool.clone();
-        let timeout = self.timeout_seconds;
-        let this = HealthService::new(&pool, self.reports.clone(), timeout);
-        // WatchStream yields the current report first, then every new one.
-        let stream = WatchStream::new(self.reports.clone()).map(move |r| Ok(this.to_message(&r)));
-        Ok(tonic::Response::new(Box::pin(stream)))
-    }
-}
+health_version!(v1, to_v1);
+health_version!(v1alpha1, to_v1alpha1);
 
 #[cfg(test)]
 mod tests;

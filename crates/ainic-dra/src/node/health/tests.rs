@@ -1,6 +1,6 @@
 use super::*;
 use crate::node::fixtures;
-use api::HealthStatus::{Healthy, Unhealthy, Unknown};
+use Health::{Healthy, Unhealthy, Unknown};
 
 #[test]
 fn up_nics_are_healthy_down_links_and_ports_are_not() {
@@ -30,12 +30,12 @@ fn no_state_at_all_is_unknown() {
 
 #[tokio::test]
 async fn the_stream_sends_the_full_list_then_every_change() {
-    use api::dra_resource_health_server::DraResourceHealth;
+    use v1alpha1::dra_resource_health_server::DraResourceHealth;
     let inv = fixtures::inventory();
     let (tx, rx) = watch::channel(Arc::new(assess(&inv, 1)));
     let service = HealthService::new("node-a", rx, 30);
     let mut stream = service
-        .node_watch_resources(tonic::Request::new(api::NodeWatchResourcesRequest {}))
+        .node_watch_resources(tonic::Request::new(v1alpha1::NodeWatchResourcesRequest {}))
         .await
         .unwrap()
         .into_inner();
@@ -46,12 +46,44 @@ async fn the_stream_sends_the_full_list_then_every_change() {
         (id.pool_name.as_str(), id.device_name.as_str()),
         ("node-a", "pf-0000-0c-00-0")
     );
-    assert_eq!(first.devices[0].health, Healthy as i32);
+    assert_eq!(
+        first.devices[0].health,
+        v1alpha1::HealthStatus::Healthy as i32
+    );
 
     let mut down = inv.clone();
     down.nics[0].netdevs[0].operstate = Some("down".into());
     tx.send_replace(Arc::new(assess(&down, 2)));
     let second = stream.next().await.unwrap().unwrap();
-    assert_eq!(second.devices[0].health, Unhealthy as i32);
+    assert_eq!(
+        second.devices[0].health,
+        v1alpha1::HealthStatus::Unhealthy as i32
+    );
     assert_eq!(second.devices[0].last_updated_time, 2);
+}
+
+#[tokio::test]
+async fn v1_streams_the_same_reports_with_message_and_timeout() {
+    use v1::dra_resource_health_server::DraResourceHealth;
+    let mut inv = fixtures::inventory();
+    inv.nics[1].rdma[0].ports[0].state = Some("DOWN".into());
+    let (tx, rx) = watch::channel(Arc::new(assess(&inv, 5)));
+    let service = HealthService::new("node-a", rx, 30);
+    let mut stream = service
+        .node_watch_resources(tonic::Request::new(v1::NodeWatchResourcesRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.next().await.unwrap().unwrap();
+    let down = &first.devices[1];
+    assert_eq!(down.health, v1::HealthStatus::Unhealthy as i32);
+    assert_eq!(down.message, "RDMA port ionic_1/1 is DOWN");
+    assert_eq!(down.health_check_timeout_seconds, 30);
+    assert_eq!(down.last_updated_time, 5);
+
+    // The port comes back: the device is HEALTHY again.
+    inv.nics[1].rdma[0].ports[0].state = Some("ACTIVE".into());
+    tx.send_replace(Arc::new(assess(&inv, 6)));
+    let second = stream.next().await.unwrap().unwrap();
+    assert_eq!(second.devices[1].health, v1::HealthStatus::Healthy as i32);
 }

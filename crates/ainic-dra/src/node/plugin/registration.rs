@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kubelet_api::dra::{v1, v1beta1};
-use kubelet_api::dra_health::v1alpha1 as health;
+use kubelet_api::dra_health::{v1 as health_v1, v1alpha1 as health_v1alpha1};
 use kubelet_api::pluginregistration::v1 as reg;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
@@ -54,7 +54,9 @@ impl RegistrationService {
         vec![
             v1::SERVICE.to_string(),
             v1beta1::SERVICE.to_string(),
-            health::SERVICE.to_string(),
+            // The kubelet (1.37+) picks the first health version it knows.
+            health_v1::SERVICE.to_string(),
+            health_v1alpha1::SERVICE.to_string(),
         ]
     }
 }
