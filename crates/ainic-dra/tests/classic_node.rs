@@ -232,3 +232,34 @@ async fn fabric_rails_steer_the_preferred_pair() {
         ["0000:04:00.0", "0000:44:00.0"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_switched_to_dra_refuses_a_classic_config_serving_the_same_names() {
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Patch, PatchParams};
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let nodes: kube::Api<Node> = kube::Api::all(world.api.client());
+    let label =
+        serde_json::json!({"metadata": {"labels": {"ainic.amd.com/extended-resources": "dra"}}});
+    nodes
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    let plugins = world.tmp.path().join("device-plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    // The default classic config serves amd.com/nic and amd.com/vnic.
+    let mut agent = start_agent(&world, &plugins, &[]);
+    let status = wait_exit(&mut agent).await;
+    assert!(!status.success());
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(
+        log.contains("labelled ainic.amd.com/extended-resources=dra")
+            && log.contains("amd.com/nic")
+            && log.contains("remove"),
+        "{log}"
+    );
+    assert!(
+        world.api.list::<ResourceSlice>().is_empty(),
+        "nothing published"
+    );
+}

@@ -49,6 +49,11 @@ pub struct ModelOptions {
     pub shared_min_queue_pairs: u64,
     /// Fabric facts: config file, node labels, LLDP.
     pub fabric: FabricSources,
+    /// The node serves the extended resources `amd.com/nic` (PFs) and
+    /// `amd.com/vnic` (VFs) through DRA (node label
+    /// `<driver>/extended-resources=dra`): their devices carry the
+    /// `extendedResource` attribute the chart's extended-resource classes select.
+    pub extended_resources: bool,
 }
 
 impl ModelOptions {
@@ -66,6 +71,7 @@ impl ModelOptions {
             shared_min_bandwidth: 1_000_000_000,
             shared_min_queue_pairs: 1,
             fabric: FabricSources::default(),
+            extended_resources: false,
         }
     }
 }

@@ -42,6 +42,14 @@ pub(crate) fn build_device(
     identity_attributes(&mut attrs, nic);
     topology_attributes(&mut attrs, nic, ctx);
     attrs.boolean(attr::SHARED, p.shared);
+    if ctx.config.options().extended_resources && !p.shared {
+        let name = if nic.is_pf() {
+            crate::names::EXTENDED_NIC
+        } else {
+            crate::names::EXTENDED_VNIC
+        };
+        attrs.string(attr::EXTENDED_RESOURCE, name);
+    }
     let taints = ctx
         .config
         .gate(FeatureGate::DraDeviceTaints)

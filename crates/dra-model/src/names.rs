@@ -62,9 +62,12 @@ pub mod attr {
     pub const LEAF_SWITCH: &str = "leafSwitch";
     /// True on PFs published for sharing (consumable capacity).
     pub const SHARED: &str = "shared";
+    /// The extended resource (`amd.com/nic`, `amd.com/vnic`) the device
+    /// serves through DRA; only on nodes switched to DRA for them.
+    pub const EXTENDED_RESOURCE: &str = "extendedResource";
 
     /// Every driver attribute name above.
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 21] = [
         TYPE,
         PCI_VENDOR_ID,
         PCI_DEVICE_ID,
@@ -85,8 +88,17 @@ pub mod attr {
         FABRIC,
         LEAF_SWITCH,
         SHARED,
+        EXTENDED_RESOURCE,
     ];
 }
+
+/// The extended resource PFs serve, by the classic device plugin or by DRA.
+pub const EXTENDED_NIC: &str = "amd.com/nic";
+/// The extended resource VFs serve.
+pub const EXTENDED_VNIC: &str = "amd.com/vnic";
+/// Node label (under the driver domain) that switches a node's extended
+/// resources to DRA: `dra`, or `classic` (the default).
+pub const LABEL_EXTENDED_RESOURCES: &str = "extended-resources";
 
 /// Capacity names (unqualified; published as `<driver>/<id>`).
 pub mod capacity {

@@ -296,3 +296,47 @@ fn empty_inventory_publishes_no_slices() {
     let set = build(&topology::Inventory::default(), |_| {});
     assert!(set.slices.is_empty());
 }
+
+#[test]
+fn a_node_switched_to_dra_marks_pfs_for_amd_com_nic_and_vfs_for_amd_com_vnic() {
+    let resource = |set: &SliceSet, name: &str| {
+        own(set.device(name).unwrap(), attr::EXTENDED_RESOURCE).and_then(|a| a.string)
+    };
+    let inv = sample::inventory(2, 2);
+    let off = build(&inv, |_| {});
+    assert!(
+        off.devices()
+            .all(|d| own(d, attr::EXTENDED_RESOURCE).is_none())
+    );
+    let on = build(&inv, |o| {
+        o.extended_resources = true;
+        o.pf_with_vfs = PfWithVfs::PfOnly;
+    });
+    let pf = on
+        .devices()
+        .find(|d| d.name.starts_with("pf-"))
+        .unwrap()
+        .name
+        .clone();
+    assert_eq!(resource(&on, &pf).as_deref(), Some("amd.com/nic"));
+    let vfs = build(&inv, |o| o.extended_resources = true);
+    let vf = vfs
+        .devices()
+        .find(|d| d.name.starts_with("vf-"))
+        .unwrap()
+        .name
+        .clone();
+    assert_eq!(resource(&vfs, &vf).as_deref(), Some("amd.com/vnic"));
+    // A shared PF serves claims by capacity, not the extended resource.
+    let shared = build(&inv, |o| {
+        o.extended_resources = true;
+        o.pf_with_vfs = PfWithVfs::PfOnly;
+        o.gates = all_gates();
+        o.shared_pfs = vec!["*".into()];
+    });
+    assert!(
+        shared
+            .devices()
+            .all(|d| own(d, attr::EXTENDED_RESOURCE).is_none())
+    );
+}

@@ -78,6 +78,18 @@ fn parse_gates(s: &str) -> Result<FeatureGates, String> {
         .map_err(|e: dra_model::FeatureGateError| e.to_string())
 }
 
+/// Whether the node's label switches its extended resources to DRA.
+fn extended_resources_by_dra(driver: &str, labels: &BTreeMap<String, String>) -> Result<bool> {
+    let key = format!("{driver}/{}", dra_model::names::LABEL_EXTENDED_RESOURCES);
+    match labels.get(&key).map(String::as_str) {
+        None | Some("classic") => Ok(false),
+        Some("dra") => Ok(true),
+        Some(other) => anyhow::bail!(
+            "node label {key}={other:?} is neither \"dra\" nor \"classic\": which path serves amd.com/nic and amd.com/vnic on this node?"
+        ),
+    }
+}
+
 impl ModelArgs {
     /// The validated model configuration for `node`. Fabric inputs that
     /// cannot be read or parsed are logged and left out: the model is then
@@ -95,6 +107,7 @@ impl ModelArgs {
         o.shared_pfs = self.shared_pfs.clone();
         o.pf_queue_pairs = self.pf_queue_pairs;
         o.vf_queue_pairs = self.vf_queue_pairs;
+        o.extended_resources = extended_resources_by_dra(&o.driver, &node_labels)?;
         o.fabric = FabricSources {
             file: self.fabric_file(),
             node_labels,

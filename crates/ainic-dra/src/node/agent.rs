@@ -18,6 +18,7 @@ use super::plugin::claims::KubeClaims;
 use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
 use super::{NodeConfig, shutdown_signal, start};
 use crate::classic::ClassicSettings;
+use dra_model::classic::ClassicConfig;
 
 /// What the agent runs.
 pub struct AgentConfig {
@@ -117,12 +118,50 @@ fn follow_node_labels(
     models
 }
 
+/// A node switched to DRA for `amd.com/nic` / `amd.com/vnic` must not
+/// offer them through the classic device plugin too: the scheduler would
+/// use whichever the node advertises, and the other path would sit idle or
+/// fight over the NICs.
+fn refuse_both_paths(node: &str, driver: &str, classic: &ClassicConfig) -> Result<()> {
+    let extended = [
+        dra_model::names::EXTENDED_NIC,
+        dra_model::names::EXTENDED_VNIC,
+    ];
+    let both: Vec<&str> = classic
+        .resources
+        .iter()
+        .map(|r| r.name.as_str())
+        .filter(|name| extended.contains(name))
+        .collect();
+    if both.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "node {node} is labelled {}/{}=dra, so DRA serves {}, but the classic device plugin (--device-plugin) is configured to serve it too: remove {} from the device plugin's resources, or label the node {}=classic",
+        driver,
+        dra_model::names::LABEL_EXTENDED_RESOURCES,
+        both.join(" and "),
+        both.join(", "),
+        dra_model::names::LABEL_EXTENDED_RESOURCES,
+    )
+}
+
 /// Runs every part of the agent until a shutdown signal.
 pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     let node_name = config.node.scope.pool.clone();
     let driver_name = config.node.scope.driver.clone();
     let labels = node_labels(&client, &node_name).await;
     let model = (config.model)(labels.clone())?;
+    // Checked at start and on every label change: a model that both paths
+    // would serve is refused.
+    let classic_config = config.classic.as_ref().map(|c| c.config.clone());
+    let both_paths = move |model: &ModelConfig| match &classic_config {
+        Some(classic) if model.options().extended_resources => {
+            refuse_both_paths(model.node_name(), model.driver(), classic)
+        }
+        _ => Ok(()),
+    };
+    both_paths(&model)?;
 
     let mut metrics = Metrics::default();
     let publisher_metrics = PublisherMetrics::default();
@@ -155,7 +194,13 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
 
     let (nudge_tx, nudges) = mpsc::channel(1);
     nudge_on_slice_changes(&client, &node_name, &driver_name, nudge_tx.clone());
-    let models = follow_node_labels(&client, &node_name, labels, model, config.model, nudge_tx);
+    let rebuild = config.model;
+    let checked = Box::new(move |labels| {
+        let model = rebuild(labels)?;
+        both_paths(&model)?;
+        Ok(model)
+    });
+    let models = follow_node_labels(&client, &node_name, labels, model, checked, nudge_tx);
     let publisher = SlicePublisher::new(
         client,
         PublisherConfig {

@@ -455,3 +455,42 @@ fn the_admission_policy_is_bound_and_follows_the_service_account_name() {
         .is_empty()
     );
 }
+
+#[test]
+fn extended_resource_classes_only_when_enabled() {
+    let names = |objects: &[Rendered]| -> Vec<(String, String)> {
+        find(objects, "DeviceClass")
+            .into_iter()
+            .filter_map(|c| {
+                let resource = c["spec"]["extendedResourceName"].as_str()?;
+                Some((
+                    c["metadata"]["name"].as_str()?.to_string(),
+                    resource.to_string(),
+                ))
+            })
+            .collect()
+    };
+    assert!(names(&render(json!({}))).is_empty(), "off by default");
+    let on = render(json!({"extendedResources": {"enabled": true}}));
+    assert_eq!(
+        names(&on),
+        [
+            ("ainic-nic-extended".to_string(), "amd.com/nic".to_string()),
+            (
+                "ainic-vnic-extended".to_string(),
+                "amd.com/vnic".to_string()
+            ),
+        ]
+    );
+    let selector = find(&on, "DeviceClass")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "ainic-nic-extended")
+        .unwrap()["spec"]["selectors"][0]["cel"]["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        selector.contains(r#"extendedResource == "amd.com/nic""#),
+        "{selector}"
+    );
+}

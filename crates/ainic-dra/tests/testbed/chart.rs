@@ -52,6 +52,7 @@ fn every_option() -> Value {
         "classic": {"enabled": true, "cdi": true,
                     "config": {"resources": [{"name": "amd.com/nic",
                                               "selectors": {"pciIds": ["1dd8:1002"]}}]}},
+        "extendedResources": {"enabled": true},
         "tolerations": [{"operator": "Exists"}],
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "podAnnotations": {"example.com/a": "b"},

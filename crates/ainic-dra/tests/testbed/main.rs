@@ -12,6 +12,7 @@
 
 mod admission;
 mod chart;
+mod extended;
 mod publish;
 mod schedule;
 mod support;
