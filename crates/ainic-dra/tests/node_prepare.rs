@@ -50,6 +50,7 @@ async fn exclusive_claim_round_trip_over_v1() {
         [
             "v1.DRAPlugin",
             "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
             "v1alpha1.DRAResourceHealth"
         ]
     );
@@ -163,7 +164,7 @@ async fn shared_claim_is_prepared_once_for_two_pods() {
         .api
         .requests()
         .iter()
-        .filter(|r| r.resource == "resourceclaims")
+        .filter(|r| r.resource == "resourceclaims" && r.subresource.is_none())
         .count();
     assert_eq!(gets, 1, "the second pod is answered from the checkpoint");
     assert_eq!(world.cdi_files().len(), 1);

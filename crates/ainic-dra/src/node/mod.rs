@@ -110,6 +110,13 @@ pub async fn start(
     let cdi = CdiDir::open(&config.cdi_dir)?;
     let reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
 
+    let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(plugin::status::run(
+        status_rx,
+        claims.clone(),
+        config.scope.clone(),
+        inventory_rx.clone(),
+    ));
     let driver = Arc::new(Driver::new(DriverParts {
         scope: config.scope.clone(),
         claims,
@@ -118,6 +125,7 @@ pub async fn start(
         cdi,
         dev: config.dev.clone(),
         metrics: metrics.clone(),
+        status: Some(status_tx),
     }));
 
     let refreshed = driver.refresh_all().await;

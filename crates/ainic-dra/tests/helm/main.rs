@@ -301,7 +301,11 @@ fn rbac_is_least_privilege() {
     ]
     .iter()
     .map(|v| format!("resource.k8s.io/resourceslices {v}"))
-    .chain(["resource.k8s.io/resourceclaims get".to_string()])
+    .chain([
+        "resource.k8s.io/resourceclaims get".to_string(),
+        "resource.k8s.io/resourceclaims/status patch".to_string(),
+        "resource.k8s.io/resourceclaims/driver associated-node:patch".to_string(),
+    ])
     .chain(
         ["get", "list", "watch"]
             .iter()

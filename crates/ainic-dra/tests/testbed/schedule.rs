@@ -371,18 +371,49 @@ async fn the_real_scheduler_allocates_every_use_case_and_simulate_agrees() {
     assert!(reason.contains("cannot allocate all claims"), "{reason}");
     eprintln!("kube-scheduler allocated {agreed} claims; simulate predicted {agreed} exactly");
 
-    prepare_and_unprepare(&agents, &placed).await;
+    prepare_and_unprepare(&client, &agents, &placed).await;
     for (name, _) in workload() {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
 }
 
+/// Waits until claim `name`'s `status.devices` holds `wanted` entries of
+/// our driver, each Ready (the agent writes them with the chart's RBAC and
+/// its node-bound token, after answering the kubelet).
+async fn device_status(api: &Api<ResourceClaim>, name: &str, wanted: usize) {
+    let what = format!("{wanted} device status entries of ours on claim {name}");
+    wait::until(&what, wait::DEADLINE, || async {
+        let claim = api.get(name).await.map_err(|e| e.to_string())?;
+        let ours: Vec<_> = claim
+            .status
+            .and_then(|s| s.devices)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|d| d.driver == DRIVER)
+            .collect();
+        let ready = ours.iter().all(|d| {
+            d.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        if ours.len() == wanted && ready {
+            Ok(())
+        } else {
+            Err(format!("{} entries: {ours:?}", ours.len()))
+        }
+    })
+    .await;
+}
+
 /// The kubelet simulator prepares each placed pod's claims on its node's
 /// agent: one CDI device per result, the spec on disk; unprepare removes it.
 async fn prepare_and_unprepare(
+    client: &kube::Client,
     agents: &[NodeAgent],
     placed: &BTreeMap<&str, (String, Vec<ResourceClaim>)>,
 ) {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
     for agent in agents {
         let plugin = KubeletSim::register_driver(&agent.dirs.registry, DRIVER)
             .await
@@ -411,12 +442,14 @@ async fn prepare_and_unprepare(
                         assert!(text.contains(name), "{} lacks {name}", spec.display());
                     }
                 }
+                device_status(&api, &r.name, ours).await;
                 refs.push(r);
             }
         }
         let answer = plugin.unprepare_v1(&refs).await.unwrap();
         for r in &refs {
             assert_eq!(answer.claims[&r.uid].error, "", "unprepare of {}", r.name);
+            device_status(&api, &r.name, 0).await;
         }
         let left: Vec<_> = std::fs::read_dir(&agent.dirs.cdi)
             .unwrap()

@@ -29,7 +29,7 @@ pub enum ClaimFetchError {
     },
 }
 
-/// Reads ResourceClaims.
+/// Reads ResourceClaims and writes the driver's part of their status.
 pub trait ClaimSource: Send + Sync {
     /// GETs one claim.
     fn get<'a>(
@@ -37,6 +37,16 @@ pub trait ClaimSource: Send + Sync {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<ResourceClaim, ClaimFetchError>>;
+
+    /// Server-side applies `body` (a partial ResourceClaim) to the claim's
+    /// status as field manager `manager`; a claim that is gone is no error.
+    fn apply_status<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        manager: &'a str,
+        body: serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ClaimFetchError>>;
 }
 
 /// The API server, through `kube`.
@@ -75,6 +85,30 @@ impl ClaimSource for KubeClaims {
             }
         })
     }
+
+    fn apply_status<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        manager: &'a str,
+        body: serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ClaimFetchError>> {
+        Box::pin(async move {
+            use kube::api::{Patch, PatchParams};
+            let api: kube::Api<ResourceClaim> =
+                kube::Api::namespaced(self.client.clone(), namespace);
+            let params = PatchParams::apply(manager).force();
+            match api.patch_status(name, &params, &Patch::Apply(&body)).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(ClaimFetchError::Api {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                    message: format!("status not written: {e}"),
+                }),
+            }
+        })
+    }
 }
 
 /// Claims kept in memory, keyed by `namespace/name`; counts GETs.
@@ -84,6 +118,7 @@ pub struct FakeClaims {
     claims: std::sync::Mutex<std::collections::BTreeMap<String, ResourceClaim>>,
     gets: std::sync::atomic::AtomicUsize,
     held: std::sync::Mutex<Option<Held>>,
+    applied: std::sync::Mutex<Vec<(String, serde_json::Value)>>,
 }
 
 /// GETs held until released, to stop a prepare in the middle.
@@ -126,6 +161,11 @@ impl FakeClaims {
         held
     }
 
+    /// Every status applied: (`namespace/name`, body), in order.
+    pub fn applied(&self) -> Vec<(String, serde_json::Value)> {
+        self.applied.lock().unwrap().clone()
+    }
+
     /// How many GETs were served.
     pub fn gets(&self) -> usize {
         self.gets.load(std::sync::atomic::Ordering::SeqCst)
@@ -157,6 +197,18 @@ impl ClaimSource for FakeClaims {
                 name: name.to_string(),
             })
         })
+    }
+
+    fn apply_status<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        _manager: &'a str,
+        body: serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ClaimFetchError>> {
+        let key = format!("{namespace}/{name}");
+        self.applied.lock().unwrap().push((key, body));
+        Box::pin(async { Ok(()) })
     }
 }
 

@@ -25,6 +25,7 @@ pub mod grpc;
 pub mod registration;
 pub mod resolve;
 pub mod respec;
+pub mod status;
 pub mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
@@ -84,6 +85,8 @@ pub struct DriverParts {
     pub dev: cdi::DevRoots,
     /// Metrics to update.
     pub metrics: Arc<Metrics>,
+    /// Where claim status jobs go ([`status::run`]); `None` writes none.
+    pub status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusJob>>,
 }
 
 /// Prepares and unprepares claims; one per node agent, shared by every
@@ -100,6 +103,13 @@ impl Driver {
         Self {
             parts,
             locks: Mutex::default(),
+        }
+    }
+
+    fn report(&self, job: status::StatusJob) {
+        if let Some(status) = &self.parts.status {
+            // The writer is gone only at shutdown; nothing to tell then.
+            let _ = status.send(job);
         }
     }
 
@@ -189,6 +199,10 @@ impl Driver {
         let (spec, devices) = self.plan_claim(claim).await?;
         let planned = started.elapsed();
         self.commit(claim, spec, &devices).await?;
+        self.report(status::StatusJob::Prepared {
+            claim: claim.clone(),
+            devices: devices.clone(),
+        });
         tracing::debug!(
             plan_us = planned.as_micros(),
             commit_us = (started.elapsed() - planned).as_micros(),
@@ -340,6 +354,9 @@ impl Driver {
         faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;
         faults::hit(Point::UnprepareAfterCheckpoint);
+        self.report(status::StatusJob::Unprepared {
+            claim: claim.clone(),
+        });
         Ok(())
     }
 }

@@ -23,6 +23,10 @@ struct Harness {
 }
 
 fn harness() -> Harness {
+    harness_with(None)
+}
+
+fn harness_with(status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusJob>>) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let cdi_dir = dir.path().join("cdi");
     let state_dir = dir.path().join("state");
@@ -39,6 +43,7 @@ fn harness() -> Harness {
         cdi: CdiDir::open(&cdi_dir).unwrap(),
         dev: cdi::DevRoots::mounted_at(&dir.path().join("dev")),
         metrics: Arc::new(Metrics::default()),
+        status,
     }));
     Harness {
         driver,
@@ -504,4 +509,72 @@ async fn a_prepare_dropped_by_the_kubelet_finishes_and_the_retry_finds_it() {
         "memory and disk agree"
     );
     assert_eq!(cdi_files(&h), ["ainic.amd.com-u1.json"]);
+}
+
+#[tokio::test]
+async fn a_fresh_prepare_and_an_unprepare_each_report_the_claim_status_once() {
+    let (tx, mut jobs) = tokio::sync::mpsc::unbounded_channel();
+    let h = harness_with(Some(tx));
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    assert!(h.driver.unprepare(&[r("a", "u1")]).await["u1"].is_ok());
+    drop(h);
+    match jobs.recv().await {
+        Some(status::StatusJob::Prepared { claim, devices }) => {
+            assert_eq!(claim.uid, "u1");
+            assert_eq!(devices[0].device, PF0);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        jobs.recv().await,
+        Some(status::StatusJob::Unprepared { .. })
+    ));
+    assert!(
+        jobs.recv().await.is_none(),
+        "a repeated prepare reports nothing"
+    );
+}
+
+#[tokio::test]
+async fn the_status_writer_applies_ready_entries_then_none() {
+    let claims = Arc::new(FakeClaims::default());
+    let (tx, jobs) = tokio::sync::mpsc::unbounded_channel();
+    let device = PreparedDevice {
+        requests: vec!["nic".into()],
+        pool: "node-a".into(),
+        device: PF0.into(),
+        share_id: None,
+        admin_access: false,
+        cdi_ids: vec![format!("amd.com/ainic=u1-{PF0}")],
+        identity: None,
+    };
+    tx.send(status::StatusJob::Prepared {
+        claim: r("a", "u1"),
+        devices: vec![device],
+    })
+    .unwrap();
+    tx.send(status::StatusJob::Unprepared {
+        claim: r("a", "u1"),
+    })
+    .unwrap();
+    drop(tx);
+    let scope = Scope {
+        driver: D.into(),
+        pool: "node-a".into(),
+    };
+    let (_inventory_tx, inventory) = watch::channel(Arc::new(fixtures::inventory()));
+    status::run(jobs, claims.clone(), scope, inventory).await;
+    let applied = claims.applied();
+    assert_eq!(applied.len(), 2);
+    let (key, first) = &applied[0];
+    assert_eq!(key, "ns/a");
+    let entry = &first["status"]["devices"][0];
+    assert_eq!(entry["driver"], D);
+    assert_eq!(entry["device"], PF0);
+    assert_eq!(entry["conditions"][0]["type"], "Ready");
+    assert_eq!(entry["networkData"]["interfaceName"], "eth0");
+    assert_eq!(applied[1].1["status"]["devices"], json!([]));
 }

@@ -1,0 +1,240 @@
+//! The driver's part of a claim's status (KEP-4817, `status.devices`):
+//! after a claim is prepared, one entry per prepared device with a `Ready`
+//! condition and its `networkData` (interface name, hardware address and
+//! the interface's addresses in CIDR form); after unprepare, none.
+//!
+//! Written by server-side apply with the driver name as field manager, so
+//! the entries are ours alone (the list is keyed by driver, pool, device
+//! and share) and applying an empty list removes exactly what we wrote.
+//! Needs `patch` on `resourceclaims/status` and, from 1.36 (granular
+//! status authorization), `associated-node:patch` on `resourceclaims/driver`
+//! for our driver name; the chart grants both. Best effort: the kubelet's
+//! answer never waits for or fails on it.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use topology::Inventory;
+
+use super::ClaimRef;
+use super::claims::SharedClaims;
+use super::resolve::Scope;
+use crate::node::checkpoint::PreparedDevice;
+
+/// What the status writer is asked to do.
+#[derive(Debug)]
+pub enum StatusJob {
+    /// The claim was prepared with these devices.
+    Prepared {
+        /// The claim.
+        claim: ClaimRef,
+        /// Its devices on this node.
+        devices: Vec<PreparedDevice>,
+    },
+    /// The claim was unprepared.
+    Unprepared {
+        /// The claim.
+        claim: ClaimRef,
+    },
+}
+
+/// Writes the jobs one after another, so that a claim's entries never
+/// outlive its unprepare, until every sender is gone.
+pub async fn run(
+    mut jobs: mpsc::UnboundedReceiver<StatusJob>,
+    claims: SharedClaims,
+    scope: Scope,
+    inventory: watch::Receiver<Arc<Inventory>>,
+) {
+    while let Some(job) = jobs.recv().await {
+        let (claim, entries) = match job {
+            StatusJob::Prepared { claim, devices } => {
+                let today = inventory.borrow().clone();
+                let mut with_network = Vec::with_capacity(devices.len());
+                for device in devices {
+                    let mut net = netdev_of(&device, &today);
+                    if let Some(ifname) = &net.interface_name {
+                        net.ips = addresses(ifname).await;
+                    }
+                    with_network.push((device, net));
+                }
+                let now = k8s_openapi::jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%M:%SZ")
+                    .to_string();
+                (
+                    claim,
+                    entries(&scope.driver, &scope.pool, &with_network, &now),
+                )
+            }
+            StatusJob::Unprepared { claim } => (claim, Vec::new()),
+        };
+        let body = apply_body(&claim.namespace, &claim.name, entries);
+        if let Err(error) = claims
+            .apply_status(&claim.namespace, &claim.name, &scope.driver, body)
+            .await
+        {
+            tracing::warn!(claim_uid = %claim.uid, %error, "claim device status not written");
+        }
+    }
+}
+
+/// `networkData` of a prepared device: its netdev, MAC and addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetworkData {
+    /// The netdev (`enp4s0`), when the NIC has one.
+    pub interface_name: Option<String>,
+    /// Its MAC.
+    pub hardware_address: Option<String>,
+    /// Its addresses, `10.0.0.5/24`.
+    pub ips: Vec<String>,
+}
+
+/// The netdev name and MAC of `device` in today's inventory.
+pub fn netdev_of(device: &PreparedDevice, inventory: &Inventory) -> NetworkData {
+    let nic = inventory
+        .nics
+        .iter()
+        .find(|n| dra_model::names::device_name(n) == device.device);
+    let netdev = nic.and_then(|n| n.netdevs.first());
+    NetworkData {
+        interface_name: netdev.map(|n| n.name.clone()),
+        hardware_address: netdev.and_then(|n| n.mac.clone()),
+        ips: Vec::new(),
+    }
+}
+
+/// The `status.devices` entries of `devices`, each with its network data.
+pub fn entries(
+    driver: &str,
+    node: &str,
+    devices: &[(PreparedDevice, NetworkData)],
+    now: &str,
+) -> Vec<Value> {
+    devices
+        .iter()
+        .map(|(d, net)| {
+            let mut entry = json!({
+                "driver": driver,
+                "pool": d.pool,
+                "device": d.device,
+                "conditions": [{
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Prepared",
+                    "message": format!("prepared on node {node}: {}", d.cdi_ids.join(", ")),
+                    "lastTransitionTime": now,
+                }],
+            });
+            if let Some(share) = &d.share_id {
+                entry["shareID"] = json!(share);
+            }
+            let mut network = serde_json::Map::new();
+            if let Some(name) = &net.interface_name {
+                network.insert("interfaceName".into(), json!(name));
+            }
+            if let Some(mac) = &net.hardware_address {
+                network.insert("hardwareAddress".into(), json!(mac));
+            }
+            if !net.ips.is_empty() {
+                network.insert("ips".into(), json!(net.ips));
+            }
+            if !network.is_empty() {
+                entry["networkData"] = Value::Object(network);
+            }
+            entry
+        })
+        .collect()
+}
+
+/// The object to apply: the claim's identity and our entries.
+pub fn apply_body(namespace: &str, name: &str, entries: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": namespace, "name": name},
+        "status": {"devices": entries},
+    })
+}
+
+/// The addresses of interface `ifname` in this network namespace, in CIDR
+/// form, from rtnetlink; none when it is not here (another namespace, a
+/// test's sysfs tree) or netlink cannot be asked.
+pub async fn addresses(ifname: &str) -> Vec<String> {
+    use futures::TryStreamExt;
+    use rtnetlink::packet_route::address::AddressAttribute;
+    let Ok((connection, handle, _)) = rtnetlink::new_connection() else {
+        return Vec::new();
+    };
+    let connection = tokio::spawn(connection);
+    let mut out = Vec::new();
+    let mut links = handle.link().get().match_name(ifname.to_string()).execute();
+    if let Ok(Some(link)) = links.try_next().await {
+        let mut addresses = handle
+            .address()
+            .get()
+            .set_link_index_filter(link.header.index)
+            .execute();
+        while let Ok(Some(message)) = addresses.try_next().await {
+            let prefix = message.header.prefix_len;
+            for attribute in &message.attributes {
+                if let AddressAttribute::Address(ip) = attribute {
+                    out.push(format!("{ip}/{prefix}"));
+                }
+            }
+        }
+    }
+    connection.abort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepared(device: &str, share: Option<&str>) -> PreparedDevice {
+        PreparedDevice {
+            requests: vec!["nic".into()],
+            pool: "node-a".into(),
+            device: device.into(),
+            share_id: share.map(str::to_string),
+            admin_access: false,
+            cdi_ids: vec![format!("amd.com/ainic=u1-{device}")],
+            identity: None,
+        }
+    }
+
+    #[test]
+    fn one_ready_entry_per_device_with_its_network_data() {
+        let net = NetworkData {
+            interface_name: Some("enp4s0".into()),
+            hardware_address: Some("02:00:00:04:00:00".into()),
+            ips: vec!["10.0.0.5/24".into()],
+        };
+        let devices = [
+            (prepared("pf-0000-04-00-0", None), net),
+            (
+                prepared("pf-0000-24-00-0", Some("s1")),
+                NetworkData::default(),
+            ),
+        ];
+        let got = entries("ainic.amd.com", "node-a", &devices, "2026-12-01T00:00:00Z");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0]["device"], "pf-0000-04-00-0");
+        assert_eq!(got[0]["conditions"][0]["type"], "Ready");
+        assert_eq!(got[0]["conditions"][0]["status"], "True");
+        assert_eq!(got[0]["networkData"]["interfaceName"], "enp4s0");
+        assert_eq!(got[0]["networkData"]["ips"][0], "10.0.0.5/24");
+        assert!(got[0].get("shareID").is_none());
+        assert_eq!(got[1]["shareID"], "s1");
+        assert!(
+            got[1].get("networkData").is_none(),
+            "nothing known, nothing said"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_interface_that_is_not_here_has_no_addresses() {
+        assert!(addresses("ainic-none0").await.is_empty());
+    }
+}
