@@ -218,6 +218,59 @@ fn gates_change_the_outcome() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+fn taint_rule(name: &str, selector: &str, effect: &str) -> String {
+    format!(
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {{name: {name}}}
+spec:
+  deviceSelector: {selector}
+  taint: {{key: maintenance, value: planned, effect: {effect}}}
+"#
+    )
+}
+
+#[test]
+fn device_taint_rules_taint_the_devices_they_select() {
+    let inputs = Inputs::new();
+    let claim = inputs.write("claim.yaml", &pair_claim("pair", "true"));
+    let n1 = ["--node", "n1"];
+    let run = |rule: &Path| simulate(&n1, &[&inputs.cluster(), &claim, rule]);
+
+    let nic = inputs.write(
+        "nic.yaml",
+        &taint_rule(
+            "nic",
+            "{driver: ainic.amd.com, pool: n1, device: nic-80}",
+            "NoSchedule",
+        ),
+    );
+    let out = run(&nic);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nic"), "{}", stderr(&out));
+
+    // Effect None (1.35+) only informs; a selector for another pool or
+    // none at all matches nothing.
+    for (file, selector, effect) in [
+        ("none.yaml", "{driver: ainic.amd.com}", "None"),
+        (
+            "other.yaml",
+            "{driver: ainic.amd.com, pool: n2}",
+            "NoSchedule",
+        ),
+        ("empty.yaml", "null", "NoSchedule"),
+    ] {
+        let rule = inputs.write(file, &taint_rule("r", selector, effect));
+        let out = run(&rule);
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
+    }
+    // Without the gate the scheduler applies no rule.
+    let off = ["--node", "n1", "--feature-gates", "DRADeviceTaints=false"];
+    let out = simulate(&off, &[&inputs.cluster(), &claim, &nic]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
 #[test]
 fn kubernetes_version_is_checked_and_nothing_pending_allocates_nothing() {
     let inputs = Inputs::new();

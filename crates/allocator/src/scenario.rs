@@ -10,8 +10,8 @@
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, DeviceClass, ResourceClaim, ResourceClaimStatus, ResourceClaimTemplate,
-    ResourceSlice,
+    AllocationResult, DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimStatus,
+    ResourceClaimTemplate, ResourceSlice,
 };
 use serde_json::Value;
 
@@ -65,6 +65,9 @@ pub struct Scenario {
     pub held: Vec<ResourceClaim>,
     /// Claims to allocate, in input order.
     pub pending: Vec<ResourceClaim>,
+    /// DeviceTaintRules: their taints are added to the devices they select
+    /// before allocating, as the scheduler's slice tracker does.
+    pub taint_rules: Vec<DeviceTaintRule>,
 }
 
 /// What a question gets.
@@ -99,9 +102,11 @@ impl Scenario {
             .unwrap_or("");
         let wanted = match kind.as_str() {
             "Node" | "Pod" => "v1",
-            "DeviceClass" | "ResourceSlice" | "ResourceClaim" | "ResourceClaimTemplate" => {
-                "resource.k8s.io/v1"
-            }
+            "DeviceClass"
+            | "ResourceSlice"
+            | "ResourceClaim"
+            | "ResourceClaimTemplate"
+            | "DeviceTaintRule" => "resource.k8s.io/v1",
             _ => api_version,
         };
         if api_version != wanted {
@@ -121,6 +126,9 @@ impl Scenario {
             "ResourceSlice" => self
                 .slices
                 .push(serde_json::from_value(value).map_err(parse_error)?),
+            "DeviceTaintRule" => self
+                .taint_rules
+                .push(serde_json::from_value(value).map_err(parse_error)?),
             "ResourceClaim" => {
                 let claim = serde_json::from_value(value).map_err(parse_error)?;
                 self.add_claim(claim);
@@ -133,7 +141,7 @@ impl Scenario {
             "" => return Err("object has no kind".into()),
             other => {
                 return Err(format!(
-                    "unsupported kind {other} (expected Node, DeviceClass, ResourceSlice, ResourceClaim)"
+                    "unsupported kind {other} (expected Node, DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate, DeviceTaintRule)"
                 ));
             }
         }
@@ -175,7 +183,13 @@ impl Scenario {
             Ok(node) => node,
             Err(e) => return Answer::Invalid(e),
         };
-        let allocator = match Allocator::new(features, &self.slices, &self.classes, &self.held) {
+        // Without the gate the scheduler neither applies rules nor heeds taints.
+        let slices = if features.device_taints {
+            tainted(&self.slices, &self.taint_rules)
+        } else {
+            self.slices.clone()
+        };
+        let allocator = match Allocator::new(features, &slices, &self.classes, &self.held) {
             Ok(a) => a,
             Err(e) => return Answer::Invalid(format!("invalid input: {e}")),
         };
@@ -188,6 +202,36 @@ impl Scenario {
             )),
         }
     }
+}
+
+/// `slices` with the taint of every rule added to each device its selector
+/// matches: a rule without a selector matches nothing; each field it sets
+/// (driver, pool, device) must match, the others match anything.
+pub fn tainted(slices: &[ResourceSlice], rules: &[DeviceTaintRule]) -> Vec<ResourceSlice> {
+    let mut out = slices.to_vec();
+    for rule in rules {
+        let Some(selector) = &rule.spec.device_selector else {
+            continue;
+        };
+        for slice in &mut out {
+            let spec = &mut slice.spec;
+            let wrong =
+                |want: &Option<String>, have: &str| want.as_deref().is_some_and(|w| w != have);
+            if wrong(&selector.driver, &spec.driver) || wrong(&selector.pool, &spec.pool.name) {
+                continue;
+            }
+            for device in spec.devices.iter_mut().flatten() {
+                if wrong(&selector.device, &device.name) {
+                    continue;
+                }
+                device
+                    .taints
+                    .get_or_insert_with(Vec::new)
+                    .push(rule.spec.taint.clone());
+            }
+        }
+    }
+    out
 }
 
 fn with_allocations(
