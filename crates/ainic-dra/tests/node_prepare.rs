@@ -4,6 +4,7 @@
 
 mod node_support;
 
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::{Value, json};
 use testkit::kubelet::ClaimRef;
 
@@ -307,4 +308,53 @@ async fn each_share_of_a_shared_nic_gets_its_own_cdi_device() {
         .await
         .unwrap();
     assert!(world.cdi_files().is_empty());
+}
+
+/// `status.devices` of claim `name` in the API server stand-in.
+fn status_devices(world: &World, name: &str) -> Vec<serde_json::Value> {
+    let claims: Vec<ResourceClaim> = world.api.list();
+    let claim = claims
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+        .unwrap();
+    let status = serde_json::to_value(claim.status).unwrap();
+    status["devices"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_status_names_the_prepared_device_until_unprepare() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    let claim = world.claim("status", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let mut devices = vec![];
+    for _ in 0..400 {
+        devices = status_devices(&world, "status");
+        if !devices.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    assert_eq!(devices[0]["device"], PF0);
+    assert_eq!(devices[0]["conditions"][0]["type"], "Ready");
+    assert_eq!(devices[0]["networkData"]["interfaceName"], "enp4s0");
+    kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    for _ in 0..400 {
+        if status_devices(&world, "status").is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!(
+        "status left after unprepare: {:?}",
+        status_devices(&world, "status")
+    );
 }

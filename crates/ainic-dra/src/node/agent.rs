@@ -92,6 +92,8 @@ fn follow_node_labels(
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let mut seen = watch_objects(nodes, format!("metadata.name={node}"), "node");
     let node = node.to_string();
+    let rebuild: Arc<dyn Fn(BTreeMap<String, String>) -> Result<ModelConfig> + Send + Sync> =
+        Arc::from(rebuild);
     tokio::spawn(async move {
         while let Some(event) = seen.recv().await {
             let Seen::Applied(object) = event else {
@@ -102,7 +104,12 @@ fn follow_node_labels(
                 continue;
             }
             labels = now;
-            match rebuild(labels.clone()) {
+            // Off the async workers: the fabric sources may run a command (LLDP).
+            let (rebuild, labels) = (rebuild.clone(), labels.clone());
+            let built = tokio::task::spawn_blocking(move || rebuild(labels))
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("the model rebuild failed: {e}")));
+            match built {
                 Ok(model) => {
                     if models_tx.send_if_modified(|m| std::mem::replace(m, model) != *m) {
                         tracing::info!(%node, "node labels changed the device model; republishing");

@@ -43,8 +43,10 @@ where
             match watch_once(&api, &fields, &tx).await {
                 Ended::Receiver => return,
                 Ended::Stream => failures = 0,
-                Ended::Failed(error) => {
-                    failures += 1;
+                Ended::Failed { error, worked } => {
+                    // A watch that delivered events was healthy: start the
+                    // backoff afresh.
+                    failures = if worked { 1 } else { failures + 1 };
                     tracing::warn!(what, %error, failures, "watch failed; restarting");
                 }
             }
@@ -59,7 +61,7 @@ where
 enum Ended {
     Receiver,
     Stream,
-    Failed(String),
+    Failed { error: String, worked: bool },
 }
 
 async fn watch_once<K>(api: &Api<K>, fields: &str, tx: &mpsc::Sender<Seen<K>>) -> Ended
@@ -70,20 +72,33 @@ where
     let params = WatchParams::default().fields(fields).timeout(290);
     let stream = match api.watch(&params, "0").await {
         Ok(stream) => stream,
-        Err(e) => return Ended::Failed(e.to_string()),
+        Err(e) => {
+            return Ended::Failed {
+                error: e.to_string(),
+                worked: false,
+            };
+        }
     };
     if tx.send(Seen::Restarted).await.is_err() {
         return Ended::Receiver;
     }
     let mut stream = std::pin::pin!(stream);
+    let mut worked = false;
     while let Some(event) = stream.next().await {
         let seen = match event {
             Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Seen::Applied(o),
             Ok(WatchEvent::Deleted(o)) => Seen::Deleted(o),
             Ok(WatchEvent::Bookmark(_)) => continue,
-            Ok(WatchEvent::Error(e)) => return Ended::Failed(e.to_string()),
-            Err(e) => return Ended::Failed(e.to_string()),
+            Ok(WatchEvent::Error(e)) => {
+                let error = e.to_string();
+                return Ended::Failed { error, worked };
+            }
+            Err(e) => {
+                let error = e.to_string();
+                return Ended::Failed { error, worked };
+            }
         };
+        worked = true;
         if tx.send(seen).await.is_err() {
             return Ended::Receiver;
         }

@@ -138,6 +138,12 @@ pub async fn start(
         rewritten = ?refreshed.rewritten,
         "checkpoint reconciled with the CDI directory and today's devices"
     );
+    let lost: Vec<String> = refreshed
+        .failed
+        .iter()
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    driver.report_all(&lost);
     tokio::spawn(plugin::follow_inventory(driver.clone()));
 
     if let Some(every) = config.sweep_every {

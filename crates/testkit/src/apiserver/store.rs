@@ -344,6 +344,22 @@ impl Store {
             "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
                 merge_patch(&mut doc, &patch)
             }
+            // Server-side apply, approximated for one field manager: the
+            // applied fields are merged in (lists replaced), and a UID in
+            // the body must be the object's, as the real server demands.
+            "application/apply-patch+yaml" => {
+                let want = patch.pointer("/metadata/uid").and_then(Value::as_str);
+                let have = doc.pointer("/metadata/uid").and_then(Value::as_str);
+                if let (Some(want), Some(have)) = (want, have)
+                    && want != have
+                {
+                    let message = format!(
+                        "Precondition failed: UID in object meta: {want}, UID in existing object meta: {have}"
+                    );
+                    return Err(ApiError::plain(409, "Conflict", message));
+                }
+                merge_patch(&mut doc, &patch)
+            }
             "application/json-patch+json" => json_patch(&mut doc, &patch)
                 .map_err(|e| ApiError::plain(422, "Invalid", format!("json patch failed: {e}")))?,
             other => {

@@ -17,6 +17,16 @@ pub enum ClaimFetchError {
         /// Name.
         name: String,
     },
+    /// The claim's status could not be written.
+    #[error("failed to write the status of resource claim {namespace}/{name}: {message}")]
+    StatusWrite {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// What the client said.
+        message: String,
+    },
     /// The API server could not be asked.
     #[error("failed to get resource claim {namespace}/{name}: {message}")]
     Api {
@@ -101,10 +111,10 @@ impl ClaimSource for KubeClaims {
             match api.patch_status(name, &params, &Patch::Apply(&body)).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(ClaimFetchError::Api {
+                Err(e) => Err(ClaimFetchError::StatusWrite {
                     namespace: namespace.to_string(),
                     name: name.to_string(),
-                    message: format!("status not written: {e}"),
+                    message: e.to_string(),
                 }),
             }
         })

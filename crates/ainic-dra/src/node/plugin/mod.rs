@@ -113,6 +113,25 @@ impl Driver {
         }
     }
 
+    /// Asks for the status of every recorded claim to be written again
+    /// (at start-up: a write lost to a crash is made good).
+    pub fn report_all(&self, except: &[String]) {
+        for (uid, record) in self.parts.store.snapshot().claims {
+            if except.contains(&uid) {
+                continue;
+            }
+            let claim = ClaimRef {
+                namespace: record.namespace,
+                uid,
+                name: record.name,
+            };
+            self.report(status::StatusJob::Prepared {
+                claim,
+                devices: record.devices,
+            });
+        }
+    }
+
     /// How many claims are prepared.
     pub fn prepared_claims(&self) -> usize {
         self.parts.store.snapshot().claims.len()
@@ -193,12 +212,23 @@ impl Driver {
         let _held = lock.lock().await;
         if let Some(done) = self.parts.store.get(&claim.uid) {
             self.refresh_recorded(&claim.uid, &done).await?;
+            // Idempotent: heals a status write lost to a crash or an API error.
+            self.report(status::StatusJob::Prepared {
+                claim: claim.clone(),
+                devices: done.devices.clone(),
+            });
             return Ok(done.devices);
         }
         let started = Instant::now();
-        let (spec, devices) = self.plan_claim(claim).await?;
+        let (spec, devices, seen) = self.plan_claim(claim).await?;
         let planned = started.elapsed();
         self.commit(claim, spec, &devices).await?;
+        // The inventory changed while this claim was planned: the refresh
+        // that followed did not see it yet, so check it now.
+        if !Arc::ptr_eq(&seen, &self.parts.inventory.borrow()) {
+            let record = self.parts.store.get(&claim.uid).expect("just recorded");
+            self.refresh_recorded(&claim.uid, &record).await?;
+        }
         self.report(status::StatusJob::Prepared {
             claim: claim.clone(),
             devices: devices.clone(),
@@ -216,7 +246,7 @@ impl Driver {
     async fn plan_claim(
         &self,
         claim: &ClaimRef,
-    ) -> anyhow::Result<(cdi::ClaimSpec, Vec<PreparedDevice>)> {
+    ) -> anyhow::Result<(cdi::ClaimSpec, Vec<PreparedDevice>, Arc<Inventory>)> {
         let object = self.parts.claims.get(&claim.namespace, &claim.name).await?;
         let inventory = self.parts.inventory.borrow().clone();
         let planned = resolve::plan(&object, &claim.uid, &self.parts.scope, &inventory)?;
@@ -241,7 +271,7 @@ impl Driver {
                 identity: Some(respec::identity_of(&p.attached)),
             })
             .collect();
-        Ok((spec, devices))
+        Ok((spec, devices, inventory))
     }
 
     /// Writes the CDI spec, then records the claim in the checkpoint
@@ -284,8 +314,13 @@ impl Driver {
             Ok(content) => content,
             Err(stale) => {
                 self.parts.metrics.stale();
-                self.parts.cdi.remove(&record.cdi_file)?;
-                return Err(stale.into());
+                let stale = anyhow::Error::from(stale);
+                if let Err(e) = self.parts.cdi.remove(&record.cdi_file) {
+                    return Err(
+                        stale.context(format!("and its stale spec could not be removed: {e}"))
+                    );
+                }
+                return Err(stale);
             }
         };
         let on_disk = self.parts.cdi.read(&record.cdi_file)?;
@@ -298,7 +333,10 @@ impl Driver {
         if content != record.cdi_spec {
             tracing::warn!(claim_uid = %uid, claim = %record.name, namespace = %record.namespace, "devices of a prepared claim were renumbered or renamed: CDI spec rebuilt from today's devices");
             self.parts.metrics.respecced();
-            self.parts.store.update_spec(uid, content).await?;
+            // The file is right already; the record catches up on the next check.
+            if let Err(error) = self.parts.store.update_spec(uid, content).await {
+                tracing::warn!(claim_uid = %uid, %error, "rebuilt CDI spec not recorded in the checkpoint");
+            }
         }
         Ok(rewrite)
     }

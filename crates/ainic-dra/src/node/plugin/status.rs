@@ -3,9 +3,12 @@
 //! condition and its `networkData` (interface name, hardware address and
 //! the interface's addresses in CIDR form); after unprepare, none.
 //!
-//! Written by server-side apply with the driver name as field manager, so
-//! the entries are ours alone (the list is keyed by driver, pool, device
-//! and share) and applying an empty list removes exactly what we wrote.
+//! Written by server-side apply with field manager `<driver>/<node>`, so
+//! the entries are this agent's alone (the list is keyed by driver, pool,
+//! device and share) and applying an empty list removes exactly what it
+//! wrote; the body names the claim's UID, so a write for a claim that was
+//! deleted and recreated under the same name is refused, not applied to
+//! the new one.
 //! Needs `patch` on `resourceclaims/status` and, from 1.36 (granular
 //! status authorization), `associated-node:patch` on `resourceclaims/driver`
 //! for our driver name; the chart grants both. Best effort: the kubelet's
@@ -69,9 +72,10 @@ pub async fn run(
             }
             StatusJob::Unprepared { claim } => (claim, Vec::new()),
         };
-        let body = apply_body(&claim.namespace, &claim.name, entries);
+        let body = apply_body(&claim, entries);
+        let manager = format!("{}/{}", scope.driver, scope.pool);
         if let Err(error) = claims
-            .apply_status(&claim.namespace, &claim.name, &scope.driver, body)
+            .apply_status(&claim.namespace, &claim.name, &manager, body)
             .await
         {
             tracing::warn!(claim_uid = %claim.uid, %error, "claim device status not written");
@@ -147,15 +151,18 @@ pub fn entries(
         .collect()
 }
 
-/// The object to apply: the claim's identity and our entries.
-pub fn apply_body(namespace: &str, name: &str, entries: Vec<Value>) -> Value {
+/// The object to apply: the claim's identity (UID included) and our entries.
+pub fn apply_body(claim: &ClaimRef, entries: Vec<Value>) -> Value {
     json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"namespace": namespace, "name": name},
+        "metadata": {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid},
         "status": {"devices": entries},
     })
 }
+
+/// The API takes at most this many addresses per device.
+pub const MAX_IPS: usize = 16;
 
 /// The addresses of interface `ifname` in this network namespace, in CIDR
 /// form, from rtnetlink; none when it is not here (another namespace, a
@@ -185,6 +192,8 @@ pub async fn addresses(ifname: &str) -> Vec<String> {
         }
     }
     connection.abort();
+    out.dedup();
+    out.truncate(MAX_IPS);
     out
 }
 

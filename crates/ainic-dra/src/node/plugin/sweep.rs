@@ -27,7 +27,7 @@ pub fn orphan_reason(
 ) -> Option<String> {
     let claim = match answer {
         Err(ClaimFetchError::NotFound { .. }) => return Some("the claim no longer exists".into()),
-        Err(ClaimFetchError::Api { .. }) => return None,
+        Err(ClaimFetchError::Api { .. } | ClaimFetchError::StatusWrite { .. }) => return None,
         Ok(claim) => claim,
     };
     let found = claim.metadata.uid.as_deref().unwrap_or_default();

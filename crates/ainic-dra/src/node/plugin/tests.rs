@@ -512,7 +512,7 @@ async fn a_prepare_dropped_by_the_kubelet_finishes_and_the_retry_finds_it() {
 }
 
 #[tokio::test]
-async fn a_fresh_prepare_and_an_unprepare_each_report_the_claim_status_once() {
+async fn prepares_and_unprepares_report_the_claim_status_in_order() {
     let (tx, mut jobs) = tokio::sync::mpsc::unbounded_channel();
     let h = harness_with(Some(tx));
     h.claims
@@ -528,14 +528,16 @@ async fn a_fresh_prepare_and_an_unprepare_each_report_the_claim_status_once() {
         }
         other => panic!("{other:?}"),
     }
+    // A repeated prepare reports again (idempotent: heals a lost write).
+    assert!(matches!(
+        jobs.recv().await,
+        Some(status::StatusJob::Prepared { .. })
+    ));
     assert!(matches!(
         jobs.recv().await,
         Some(status::StatusJob::Unprepared { .. })
     ));
-    assert!(
-        jobs.recv().await.is_none(),
-        "a repeated prepare reports nothing"
-    );
+    assert!(jobs.recv().await.is_none());
 }
 
 #[tokio::test]
@@ -571,6 +573,10 @@ async fn the_status_writer_applies_ready_entries_then_none() {
     assert_eq!(applied.len(), 2);
     let (key, first) = &applied[0];
     assert_eq!(key, "ns/a");
+    assert_eq!(
+        first["metadata"]["uid"], "u1",
+        "a recreated claim is not written"
+    );
     let entry = &first["status"]["devices"][0];
     assert_eq!(entry["driver"], D);
     assert_eq!(entry["device"], PF0);
