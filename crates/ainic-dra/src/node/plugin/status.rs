@@ -42,44 +42,87 @@ pub enum StatusJob {
     },
 }
 
-/// Writes the jobs one after another, so that a claim's entries never
-/// outlive its unprepare, until every sender is gone.
+/// How long the writer lets a burst of prepares settle before writing:
+/// the kubelet's answers come first, the status follows.
+pub const SETTLE: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest a job waits in a burst that does not settle.
+pub const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl StatusJob {
+    fn claim(&self) -> &ClaimRef {
+        match self {
+            StatusJob::Prepared { claim, .. } | StatusJob::Unprepared { claim } => claim,
+        }
+    }
+}
+
+/// Writes the jobs in order, so that a claim's entries never outlive its
+/// unprepare, until every sender is gone. Jobs are taken in batches once
+/// they stop arriving for [`SETTLE`] (or after [`MAX_DELAY`]), and only the
+/// last job of each claim in a batch is written: a burst of prepares is not
+/// slowed by writes that may be superseded anyway.
 pub async fn run(
     mut jobs: mpsc::UnboundedReceiver<StatusJob>,
     claims: SharedClaims,
     scope: Scope,
     inventory: watch::Receiver<Arc<Inventory>>,
 ) {
-    while let Some(job) = jobs.recv().await {
-        let (claim, entries) = match job {
-            StatusJob::Prepared { claim, devices } => {
-                let today = inventory.borrow().clone();
-                let mut with_network = Vec::with_capacity(devices.len());
-                for device in devices {
-                    let mut net = netdev_of(&device, &today);
-                    if let Some(ifname) = &net.interface_name {
-                        net.ips = addresses(ifname).await;
-                    }
-                    with_network.push((device, net));
-                }
-                let now = k8s_openapi::jiff::Timestamp::now()
-                    .strftime("%Y-%m-%dT%H:%M:%SZ")
-                    .to_string();
-                (
-                    claim,
-                    entries(&scope.driver, &scope.pool, &with_network, &now),
-                )
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + MAX_DELAY;
+        while tokio::time::Instant::now() < deadline {
+            match tokio::time::timeout(SETTLE, jobs.recv()).await {
+                Ok(Some(job)) => batch.push(job),
+                Ok(None) | Err(_) => break,
             }
-            StatusJob::Unprepared { claim } => (claim, Vec::new()),
-        };
-        let body = apply_body(&claim, entries);
-        let manager = format!("{}/{}", scope.driver, scope.pool);
-        if let Err(error) = claims
-            .apply_status(&claim.namespace, &claim.name, &manager, body)
-            .await
-        {
-            tracing::warn!(claim_uid = %claim.uid, %error, "claim device status not written");
         }
+        let last: std::collections::HashMap<&str, usize> = batch
+            .iter()
+            .enumerate()
+            .map(|(index, job)| (job.claim().uid.as_str(), index))
+            .collect();
+        for (index, job) in batch.iter().enumerate() {
+            if last[job.claim().uid.as_str()] == index {
+                write(job, &claims, &scope, &inventory).await;
+            }
+        }
+    }
+}
+
+async fn write(
+    job: &StatusJob,
+    claims: &SharedClaims,
+    scope: &Scope,
+    inventory: &watch::Receiver<Arc<Inventory>>,
+) {
+    let (claim, entries) = match job {
+        StatusJob::Prepared { claim, devices } => {
+            let today = inventory.borrow().clone();
+            let mut with_network = Vec::with_capacity(devices.len());
+            for device in devices.iter().cloned() {
+                let mut net = netdev_of(&device, &today);
+                if let Some(ifname) = &net.interface_name {
+                    net.ips = addresses(ifname).await;
+                }
+                with_network.push((device, net));
+            }
+            let now = k8s_openapi::jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+            (
+                claim,
+                entries(&scope.driver, &scope.pool, &with_network, &now),
+            )
+        }
+        StatusJob::Unprepared { claim } => (claim, Vec::new()),
+    };
+    let body = apply_body(claim, entries);
+    let manager = format!("{}/{}", scope.driver, scope.pool);
+    if let Err(error) = claims
+        .apply_status(&claim.namespace, &claim.name, &manager, body)
+        .await
+    {
+        tracing::warn!(claim_uid = %claim.uid, %error, "claim device status not written");
     }
 }
 

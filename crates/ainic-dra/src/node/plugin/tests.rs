@@ -555,11 +555,17 @@ async fn the_status_writer_applies_ready_entries_then_none() {
     };
     tx.send(status::StatusJob::Prepared {
         claim: r("a", "u1"),
+        devices: vec![device.clone()],
+    })
+    .unwrap();
+    // Prepared then unprepared within one burst: only the last is written.
+    tx.send(status::StatusJob::Prepared {
+        claim: r("b", "u2"),
         devices: vec![device],
     })
     .unwrap();
     tx.send(status::StatusJob::Unprepared {
-        claim: r("a", "u1"),
+        claim: r("b", "u2"),
     })
     .unwrap();
     drop(tx);
@@ -582,5 +588,6 @@ async fn the_status_writer_applies_ready_entries_then_none() {
     assert_eq!(entry["device"], PF0);
     assert_eq!(entry["conditions"][0]["type"], "Ready");
     assert_eq!(entry["networkData"]["interfaceName"], "eth0");
+    assert_eq!(applied[1].0, "ns/b");
     assert_eq!(applied[1].1["status"]["devices"], json!([]));
 }
