@@ -86,17 +86,15 @@ where
     let mut worked = false;
     while let Some(event) = stream.next().await {
         let seen = match event {
-            Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Seen::Applied(o),
-            Ok(WatchEvent::Deleted(o)) => Seen::Deleted(o),
+            Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Ok(Seen::Applied(o)),
+            Ok(WatchEvent::Deleted(o)) => Ok(Seen::Deleted(o)),
             Ok(WatchEvent::Bookmark(_)) => continue,
-            Ok(WatchEvent::Error(e)) => {
-                let error = e.to_string();
-                return Ended::Failed { error, worked };
-            }
-            Err(e) => {
-                let error = e.to_string();
-                return Ended::Failed { error, worked };
-            }
+            Ok(WatchEvent::Error(e)) => Err(e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let seen = match seen {
+            Ok(seen) => seen,
+            Err(error) => return Ended::Failed { error, worked },
         };
         worked = true;
         if tx.send(seen).await.is_err() {

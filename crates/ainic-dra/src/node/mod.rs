@@ -129,9 +129,6 @@ pub async fn start(
     }));
 
     let refreshed = driver.refresh_all().await;
-    for (claim_uid, error) in &refreshed.failed {
-        tracing::error!(%claim_uid, %error, "prepared claim lost a device");
-    }
     tracing::info!(
         claims = driver.prepared_claims(),
         removed = ?reconciled.removed,

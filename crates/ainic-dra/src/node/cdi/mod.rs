@@ -142,12 +142,19 @@ pub fn build(
             claim_uid: claim_uid.to_string(),
         });
     }
+    // The lists of each request, once; every device of it carries them.
+    let mut by_request: BTreeMap<&str, Vec<&AttachedDevice>> = BTreeMap::new();
+    for d in devices {
+        by_request.entry(&d.request).or_default().push(d);
+    }
+    let lists: BTreeMap<&str, Vec<String>> = by_request
+        .into_iter()
+        .map(|(request, of_request)| (request, list_env(&of_request)))
+        .collect();
     let mut cdi_devices = Vec::with_capacity(devices.len());
     for d in devices {
         let mut edits = device_edits(d, dev)?;
-        let of_request: Vec<&AttachedDevice> =
-            devices.iter().filter(|o| o.request == d.request).collect();
-        edits.env.extend(list_env(&of_request));
+        edits.env.extend(lists[d.request.as_str()].iter().cloned());
         cdi_devices.push(cdi::Device {
             name: device_name(claim_uid, d),
             container_edits: edits,

@@ -75,6 +75,11 @@ impl CheckpointStore {
         self.lock().checkpoint.claims.get(uid).cloned()
     }
 
+    /// How many claims are recorded.
+    pub fn claim_count(&self) -> usize {
+        self.lock().checkpoint.claims.len()
+    }
+
     /// A copy of the whole checkpoint.
     pub fn snapshot(&self) -> Checkpoint {
         self.lock().checkpoint.clone()

@@ -17,16 +17,6 @@ pub enum ClaimFetchError {
         /// Name.
         name: String,
     },
-    /// The claim's status could not be written.
-    #[error("failed to write the status of resource claim {namespace}/{name}: {message}")]
-    StatusWrite {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// What the client said.
-        message: String,
-    },
     /// The API server could not be asked.
     #[error("failed to get resource claim {namespace}/{name}: {message}")]
     Api {
@@ -37,6 +27,18 @@ pub enum ClaimFetchError {
         /// What the client said.
         message: String,
     },
+}
+
+/// A claim's status that could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to write the status of resource claim {namespace}/{name}: {message}")]
+pub struct StatusWriteError {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// What the client said.
+    pub message: String,
 }
 
 /// Reads ResourceClaims and writes the driver's part of their status.
@@ -56,7 +58,7 @@ pub trait ClaimSource: Send + Sync {
         name: &'a str,
         manager: &'a str,
         body: serde_json::Value,
-    ) -> BoxFuture<'a, Result<(), ClaimFetchError>>;
+    ) -> BoxFuture<'a, Result<(), StatusWriteError>>;
 }
 
 /// The API server, through `kube`.
@@ -102,7 +104,7 @@ impl ClaimSource for KubeClaims {
         name: &'a str,
         manager: &'a str,
         body: serde_json::Value,
-    ) -> BoxFuture<'a, Result<(), ClaimFetchError>> {
+    ) -> BoxFuture<'a, Result<(), StatusWriteError>> {
         Box::pin(async move {
             use kube::api::{Patch, PatchParams};
             let api: kube::Api<ResourceClaim> =
@@ -111,7 +113,7 @@ impl ClaimSource for KubeClaims {
             match api.patch_status(name, &params, &Patch::Apply(&body)).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(ClaimFetchError::StatusWrite {
+                Err(e) => Err(StatusWriteError {
                     namespace: namespace.to_string(),
                     name: name.to_string(),
                     message: e.to_string(),
@@ -215,7 +217,7 @@ impl ClaimSource for FakeClaims {
         name: &'a str,
         _manager: &'a str,
         body: serde_json::Value,
-    ) -> BoxFuture<'a, Result<(), ClaimFetchError>> {
+    ) -> BoxFuture<'a, Result<(), StatusWriteError>> {
         let key = format!("{namespace}/{name}");
         self.applied.lock().unwrap().push((key, body));
         Box::pin(async { Ok(()) })

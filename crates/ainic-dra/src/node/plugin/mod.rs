@@ -57,6 +57,17 @@ pub struct ClaimRef {
     pub name: String,
 }
 
+impl ClaimRef {
+    /// The claim recorded as `uid` in the checkpoint.
+    pub fn of(uid: &str, record: &PreparedClaim) -> ClaimRef {
+        ClaimRef {
+            namespace: record.namespace.clone(),
+            uid: uid.to_string(),
+            name: record.name.clone(),
+        }
+    }
+}
+
 /// Per-claim outcome of a prepare call: the devices, or a one-line error.
 pub type PrepareOutcome = Result<Vec<PreparedDevice>, String>;
 
@@ -120,13 +131,8 @@ impl Driver {
             if except.contains(&uid) {
                 continue;
             }
-            let claim = ClaimRef {
-                namespace: record.namespace,
-                uid,
-                name: record.name,
-            };
             self.report(status::StatusJob::Prepared {
-                claim,
+                claim: ClaimRef::of(&uid, &record),
                 devices: record.devices,
             });
         }
@@ -134,7 +140,7 @@ impl Driver {
 
     /// How many claims are prepared.
     pub fn prepared_claims(&self) -> usize {
-        self.parts.store.snapshot().claims.len()
+        self.parts.store.claim_count()
     }
 
     fn claim_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -342,8 +348,8 @@ impl Driver {
     }
 
     /// Checks every prepared claim against today's devices
-    /// ([`Self::refresh_recorded`]): at start-up and after every inventory
-    /// change.
+    /// ([`Self::refresh_recorded`]) and logs each that lost one: at
+    /// start-up and after every inventory change.
     pub async fn refresh_all(&self) -> Refreshed {
         let mut done = Refreshed::default();
         for uid in self.parts.store.snapshot().claims.into_keys() {
@@ -356,7 +362,11 @@ impl Driver {
             match self.refresh_recorded(&uid, &record).await {
                 Ok(true) => done.rewritten.push(uid),
                 Ok(false) => {}
-                Err(error) => done.failed.push((uid, format!("{error:#}"))),
+                Err(error) => {
+                    let error = format!("{error:#}");
+                    tracing::error!(claim_uid = %uid, %error, "prepared claim lost a device");
+                    done.failed.push((uid, error));
+                }
             }
         }
         done
@@ -405,9 +415,6 @@ pub async fn follow_inventory(driver: Arc<Driver>) {
     let mut inventory = driver.parts.inventory.clone();
     while inventory.changed().await.is_ok() {
         let done = driver.refresh_all().await;
-        for (claim_uid, error) in &done.failed {
-            tracing::error!(%claim_uid, %error, "prepared claim lost a device");
-        }
         if !done.rewritten.is_empty() {
             tracing::info!(claims = ?done.rewritten, "CDI specs rewritten after an inventory change");
         }

@@ -27,7 +27,7 @@ pub fn orphan_reason(
 ) -> Option<String> {
     let claim = match answer {
         Err(ClaimFetchError::NotFound { .. }) => return Some("the claim no longer exists".into()),
-        Err(ClaimFetchError::Api { .. } | ClaimFetchError::StatusWrite { .. }) => return None,
+        Err(ClaimFetchError::Api { .. }) => return None,
         Ok(claim) => claim,
     };
     let found = claim.metadata.uid.as_deref().unwrap_or_default();
@@ -60,12 +60,7 @@ impl Driver {
             let Some(reason) = orphan_reason(&answer, &uid, &self.parts.scope) else {
                 continue;
             };
-            let claim = ClaimRef {
-                namespace: record.namespace.clone(),
-                uid: uid.clone(),
-                name: record.name.clone(),
-            };
-            match self.unprepare_one(&claim).await {
+            match self.unprepare_one(&ClaimRef::of(&uid, &record)).await {
                 Ok(()) => {
                     reclaimed += 1;
                     tracing::info!(claim_uid = %uid, claim = %record.name, namespace = %record.namespace, %reason, "sweep: orphaned claim unprepared");
