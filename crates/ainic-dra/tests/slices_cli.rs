@@ -24,7 +24,10 @@ fn slices_json(args: &[&str]) -> (Vec<ResourceSlice>, String) {
     assert!(out.status.success(), "{stderr}");
     let slices: Vec<ResourceSlice> =
         serde_json::from_slice(&out.stdout).expect("a JSON list of slices");
-    let violations = dra_model::validate::check_pool(&slices);
+    let release = (args.iter().position(|a| *a == "--kubernetes-version"))
+        .map(|i| args[i + 1].parse().unwrap())
+        .unwrap_or(dra_model::Release::OLDEST);
+    let violations = dra_model::validate::check_pool_for(&slices, release);
     assert!(violations.is_empty(), "{violations:#?}");
     (slices, stderr)
 }
@@ -67,6 +70,16 @@ fn sriov_topology_publishes_vfs_by_default_and_pf_with_counters_when_partitionab
     ]);
     assert!(gated.iter().any(|s| s.spec.shared_counters.is_some()));
     assert!(attr(&gated, "pf-0000-44-00-0", "ainic.amd.com/type").is_some());
+    // 1.34 keeps a family's counters beside its devices; 1.37 (where the
+    // gate is on by default) in a slice of their own.
+    let beside = |slices: &[ResourceSlice]| {
+        (slices.iter()).any(|s| s.spec.shared_counters.is_some() && s.spec.devices.is_some())
+    };
+    assert!(beside(&gated));
+    let (newest, _) = slices_json(&["--topology", "sriov-vfs", "--kubernetes-version", "1.37"]);
+    assert!(!beside(&newest));
+    assert!(newest.iter().any(|s| s.spec.shared_counters.is_some()));
+    assert!(attr(&newest, "pf-0000-44-00-0", "ainic.amd.com/type").is_some());
 }
 
 #[test]

@@ -163,6 +163,13 @@ impl ModelConfig {
         &self.options.gates
     }
 
+    /// This configuration with other feature gates (gates are not part of
+    /// what [`ModelConfig::new`] validates).
+    pub fn with_gates(mut self, gates: FeatureGates) -> ModelConfig {
+        self.options.gates = gates;
+        self
+    }
+
     /// Whether `gate` is on.
     pub fn gate(&self, gate: FeatureGate) -> bool {
         self.options.gates.enabled(gate)

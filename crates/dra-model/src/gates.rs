@@ -3,7 +3,17 @@
 //! Parsed from `--feature-gates`, upstream syntax: `Name=true,Other=false`.
 //! Only the DRA gates are known; any other name is an error that names it,
 //! so a typo never silently leaves a feature off. Defaults are those of
-//! Kubernetes 1.34.
+//! one Kubernetes release: 1.34 unless [`FeatureGates::for_release`] picks
+//! another (the node agent picks the API server's).
+//!
+//! | gate | 1.34 | 1.35 | 1.36 | 1.37 |
+//! | --- | --- | --- | --- | --- |
+//! | DRAAdminAccess, DRAPrioritizedList, DRAResourceClaimDeviceStatus, DRASchedulerFilterTimeout | on | on | on | on |
+//! | DRAConsumableCapacity, DRAPartitionableDevices, DRADeviceTaints, DRADeviceBindingConditions, DRAExtendedResource | off | off | on | on |
+//!
+//! (Upstream's versioned feature specs, `pkg/features/kube_features.go` of
+//! 1.37; the allocator crate's `release` module holds the same table for
+//! the scheduler's side.)
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -69,14 +79,86 @@ impl FeatureGate {
 
     /// The default in Kubernetes 1.34.
     pub fn default_enabled(self) -> bool {
-        matches!(
-            self,
+        self.default_in(Release::OLDEST)
+    }
+
+    /// The default in `release`.
+    pub fn default_in(self, release: Release) -> bool {
+        match self {
             FeatureGate::DynamicResourceAllocation
-                | FeatureGate::DraAdminAccess
-                | FeatureGate::DraPrioritizedList
-                | FeatureGate::DraResourceClaimDeviceStatus
-                | FeatureGate::DraSchedulerFilterTimeout
-        )
+            | FeatureGate::DraAdminAccess
+            | FeatureGate::DraPrioritizedList
+            | FeatureGate::DraResourceClaimDeviceStatus
+            | FeatureGate::DraSchedulerFilterTimeout => true,
+            FeatureGate::DraExtendedResource
+            | FeatureGate::DraConsumableCapacity
+            | FeatureGate::DraDeviceBindingConditions
+            | FeatureGate::DraDeviceTaints
+            | FeatureGate::DraPartitionableDevices => release.minor >= 36,
+        }
+    }
+}
+
+/// A Kubernetes minor release the driver publishes for (1.34 and later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Release {
+    minor: u32,
+}
+
+impl Release {
+    /// 1.34, the oldest supported release.
+    pub const OLDEST: Release = Release { minor: 34 };
+    /// 1.37, the newest release whose defaults are known.
+    pub const NEWEST: Release = Release { minor: 37 };
+
+    /// Release `1.<minor>`; `None` below 1.34. Releases after 1.37 keep
+    /// 1.37's defaults (a gate that went GA stays on).
+    pub fn of_minor(minor: u32) -> Option<Release> {
+        (minor >= Self::OLDEST.minor).then_some(Release { minor })
+    }
+
+    /// The minor version (34 for 1.34).
+    pub fn minor(self) -> u32 {
+        self.minor
+    }
+
+    /// From 1.35 a pool's shared counters live in slices of their own; in
+    /// 1.34 a device may consume only counter sets of its own slice.
+    pub fn counters_in_own_slices(self) -> bool {
+        self.minor >= 35
+    }
+
+    /// Devices a slice may hold when one of them has taints or consumes
+    /// counters: 64 from 1.35, the plain limit of 128 in 1.34.
+    pub fn max_devices_with_taints_or_counters(self) -> usize {
+        if self.minor >= 35 { 64 } else { 128 }
+    }
+}
+
+impl fmt::Display for Release {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "1.{}", self.minor)
+    }
+}
+
+/// A release that is not `1.<minor>` with minor 34 or later.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported Kubernetes version {0:?}: expected 1.34 or later, e.g. 1.37")]
+pub struct UnsupportedRelease(pub String);
+
+impl FromStr for Release {
+    type Err = UnsupportedRelease;
+
+    /// `1.37`, `v1.37` or a full `v1.37.2`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || UnsupportedRelease(s.to_string());
+        let mut parts = s.trim().trim_start_matches('v').split('.');
+        let (major, minor) = (parts.next().ok_or_else(bad)?, parts.next().ok_or_else(bad)?);
+        if major != "1" {
+            return Err(bad());
+        }
+        let minor: u32 = minor.parse().map_err(|_| bad())?;
+        Release::of_minor(minor).ok_or_else(bad)
     }
 }
 
@@ -105,10 +187,21 @@ pub enum FeatureGateError {
     },
 }
 
-/// The state of every known gate: defaults overridden by what was set.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The state of every known gate: a release's defaults overridden by what
+/// was set.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeatureGates {
+    release: Release,
     overrides: BTreeMap<FeatureGate, bool>,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        Self {
+            release: Release::OLDEST,
+            overrides: BTreeMap::new(),
+        }
+    }
 }
 
 impl FeatureGates {
@@ -117,12 +210,35 @@ impl FeatureGates {
         Self::default()
     }
 
+    /// `release`'s defaults.
+    pub fn for_release(release: Release) -> Self {
+        Self {
+            release,
+            ..Self::default()
+        }
+    }
+
+    /// These overrides over `release`'s defaults.
+    pub fn with_release(self, release: Release) -> Self {
+        Self { release, ..self }
+    }
+
+    /// The release whose defaults apply.
+    pub fn release(&self) -> Release {
+        self.release
+    }
+
     /// Whether `gate` is on.
     pub fn enabled(&self, gate: FeatureGate) -> bool {
         self.overrides
             .get(&gate)
             .copied()
-            .unwrap_or_else(|| gate.default_enabled())
+            .unwrap_or_else(|| gate.default_in(self.release))
+    }
+
+    /// Whether `gate` was set explicitly (not left at its default).
+    pub fn is_set(&self, gate: FeatureGate) -> bool {
+        self.overrides.contains_key(&gate)
     }
 
     /// Turns `gate` on or off.
@@ -141,7 +257,7 @@ impl FeatureGates {
     pub fn to_flag(&self) -> String {
         self.overrides
             .iter()
-            .filter(|(g, on)| g.default_enabled() != **on)
+            .filter(|(g, on)| g.default_in(self.release) != **on)
             .map(|(g, on)| format!("{}={on}", g.name()))
             .collect::<Vec<_>>()
             .join(",")
@@ -212,6 +328,35 @@ mod tests {
         assert!(!g.enabled(FeatureGate::DraPartitionableDevices));
         let back: FeatureGates = g.to_flag().parse().unwrap();
         assert_eq!(back.to_flag(), g.to_flag());
+    }
+
+    #[test]
+    fn release_defaults_turn_the_1_36_features_on_and_overrides_still_win() {
+        let r36: Release = "v1.36.0".parse().unwrap();
+        let g = FeatureGates::for_release(r36);
+        assert!(g.enabled(FeatureGate::DraConsumableCapacity));
+        assert!(g.enabled(FeatureGate::DraPartitionableDevices));
+        assert!(g.enabled(FeatureGate::DraDeviceTaints));
+        let r35 = Release::of_minor(35).unwrap();
+        assert!(!FeatureGates::for_release(r35).enabled(FeatureGate::DraDeviceTaints));
+        assert!(!FeatureGates::for_release(r35).enabled(FeatureGate::DraExtendedResource));
+        let set: FeatureGates = "DRADeviceTaints=false".parse().unwrap();
+        let g = set.with_release(r36);
+        assert!(!g.enabled(FeatureGate::DraDeviceTaints));
+        assert!(g.is_set(FeatureGate::DraDeviceTaints));
+        assert!(!g.is_set(FeatureGate::DraConsumableCapacity));
+        assert_eq!(g.to_flag(), "DRADeviceTaints=false");
+        assert!(r35.counters_in_own_slices() && !Release::OLDEST.counters_in_own_slices());
+    }
+
+    #[test]
+    fn releases_parse_from_server_versions_and_old_ones_are_refused() {
+        assert_eq!("1.37".parse::<Release>().unwrap().minor(), 37);
+        assert_eq!("v1.40.1".parse::<Release>().unwrap().to_string(), "1.40");
+        for bad in ["1.33", "v1.33.9", "2.0", "1", "", "1.x"] {
+            let err = bad.parse::<Release>().unwrap_err();
+            assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+        }
     }
 
     #[test]

@@ -28,5 +28,5 @@ pub mod slices;
 pub mod validate;
 
 pub use config::{ConfigError, ModelConfig, ModelOptions, PfWithVfs};
-pub use gates::{FeatureGate, FeatureGateError, FeatureGates};
+pub use gates::{FeatureGate, FeatureGateError, FeatureGates, Release, UnsupportedRelease};
 pub use slices::{SliceSet, build_slices};

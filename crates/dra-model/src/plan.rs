@@ -72,6 +72,13 @@ pub(crate) fn plan_indexed<'a>(
     out
 }
 
+/// Whether a PF and `vfs` VFs may be published together: always from 1.35
+/// (counter sets in slices of their own), in 1.34 only within one slice.
+fn fits_one_slice(config: &ModelConfig, vfs: usize) -> bool {
+    let release = config.gates().release();
+    release.counters_in_own_slices() || vfs < release.max_devices_with_taints_or_counters()
+}
+
 fn plan_pf<'a>(
     index: &InventoryIndex<'a>,
     config: &ModelConfig,
@@ -116,6 +123,16 @@ fn plan_pf<'a>(
         PfWithVfs::PfOnly => out.devices.push(exclusive(pf)),
         PfWithVfs::VfsOnly => out.devices.extend(vfs.into_iter().map(exclusive)),
         PfWithVfs::Auto if !partitionable => out.devices.extend(vfs.into_iter().map(exclusive)),
+        PfWithVfs::Auto if !fits_one_slice(config, vfs.len()) => {
+            out.warnings.push(format!(
+                "{}: Kubernetes {} keeps a PF, its {} VFs and their counter set in one slice of at most {} devices; published as its VFs",
+                pf.address,
+                config.gates().release(),
+                vfs.len(),
+                config.gates().release().max_devices_with_taints_or_counters()
+            ));
+            out.devices.extend(vfs.into_iter().map(exclusive))
+        }
         PfWithVfs::Auto => {
             let set = names::device_name(pf);
             let n = vfs.len() as u64;

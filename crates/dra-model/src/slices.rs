@@ -6,8 +6,13 @@
 //! order, at most 128 per slice, or 64 when any device of the pool carries
 //! taints or counters. Counter sets and devices never share a slice: that
 //! is what Kubernetes 1.35+ requires, and the only layout that can hold a
-//! PF with 256 VFs and the PF/VF counter set they share (1.34's alpha
-//! layout wanted them all in one slice, beyond its device limit).
+//! PF with 256 VFs and the PF/VF counter set they share.
+//!
+//! For 1.34 (the gates' release), whose alpha layout wants a device's
+//! counter sets in its own slice, each set goes with its PF and VFs
+//! (families packed while they fit in 128 devices, 1.34's limit, and 8
+//! sets); a PF whose family would not fit is published as its VFs (see
+//! `plan`).
 //! Slice names are `<node>-<driver>-<index>`; content is deterministic so
 //! a publisher can diff by value.
 
@@ -23,6 +28,7 @@ use topology::Inventory;
 use crate::config::ModelConfig;
 use crate::device::{DeviceContext, build_device};
 use crate::fabric::{self, FabricResolution};
+use crate::gates::Release;
 use crate::index::InventoryIndex;
 use crate::names;
 use crate::plan::{self, CounterPlan};
@@ -81,7 +87,7 @@ pub fn build_slices(inventory: &Inventory, config: &ModelConfig) -> SliceSet {
         .iter()
         .map(|p| build_device(p, &ctx(p.nic), &mut warnings))
         .collect();
-    let specs = layout(&plan.counters, devices);
+    let specs = layout(&plan.counters, devices, config.gates().release());
     let count = specs.len() as i64;
     let slices = specs
         .into_iter()
@@ -98,29 +104,81 @@ pub fn build_slices(inventory: &Inventory, config: &ModelConfig) -> SliceSet {
     }
 }
 
-/// What one slice holds.
-enum Content {
-    Counters(Vec<CounterSet>),
-    Devices(Vec<Device>),
+/// What one slice holds: counter sets, devices, or (1.34) both.
+#[derive(Default)]
+struct Content {
+    counters: Vec<CounterSet>,
+    devices: Vec<Device>,
 }
 
-fn layout(counters: &[CounterPlan], devices: Vec<Device>) -> Vec<Content> {
-    let mut out: Vec<Content> = counters
-        .chunks(MAX_COUNTER_SETS)
-        .map(|chunk| Content::Counters(chunk.iter().map(counter_set).collect()))
-        .collect();
+fn per_slice(devices: &[Device]) -> usize {
     let advanced = devices
         .iter()
         .any(|d| d.taints.is_some() || d.consumes_counters.is_some());
-    let per_slice = if advanced {
+    if advanced {
         MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
     } else {
         MAX_DEVICES
-    };
+    }
+}
+
+/// Cuts `devices` into slices of devices only, as many per slice as allowed.
+fn device_slices(devices: Vec<Device>, out: &mut Vec<Content>) {
+    let per_slice = per_slice(&devices);
     let mut devices = devices.into_iter().peekable();
     while devices.peek().is_some() {
-        out.push(Content::Devices(devices.by_ref().take(per_slice).collect()));
+        out.push(Content {
+            devices: devices.by_ref().take(per_slice).collect(),
+            ..Content::default()
+        });
     }
+}
+
+fn layout(counters: &[CounterPlan], devices: Vec<Device>, release: Release) -> Vec<Content> {
+    if !release.counters_in_own_slices() && !counters.is_empty() {
+        let max = release.max_devices_with_taints_or_counters();
+        return layout_beside(counters, devices, max);
+    }
+    let mut out: Vec<Content> = counters
+        .chunks(MAX_COUNTER_SETS)
+        .map(|chunk| Content {
+            counters: chunk.iter().map(counter_set).collect(),
+            ..Content::default()
+        })
+        .collect();
+    device_slices(devices, &mut out);
+    out
+}
+
+/// The 1.34 layout: each counter set in the slice of the devices that
+/// consume it (whole families, packed while they fit in `max` devices),
+/// then the other devices. The plan keeps every family within `max`.
+fn layout_beside(counters: &[CounterPlan], devices: Vec<Device>, max: usize) -> Vec<Content> {
+    let family = |d: &Device| {
+        let set = d.consumes_counters.as_ref()?.first()?;
+        counters.iter().position(|c| c.name == set.counter_set)
+    };
+    let mut families: Vec<Vec<Device>> = vec![Vec::new(); counters.len()];
+    let mut others = Vec::new();
+    for d in devices {
+        match family(&d) {
+            Some(i) => families[i].push(d),
+            None => others.push(d),
+        }
+    }
+    let mut out: Vec<Content> = Vec::new();
+    for (plan, members) in counters.iter().zip(families) {
+        let fits = out.last().is_some_and(|c: &Content| {
+            c.counters.len() < MAX_COUNTER_SETS && c.devices.len() + members.len() <= max
+        });
+        if !fits {
+            out.push(Content::default());
+        }
+        let slice = out.last_mut().expect("pushed above");
+        slice.counters.push(counter_set(plan));
+        slice.devices.extend(members);
+    }
+    device_slices(others, &mut out);
     out
 }
 
@@ -137,10 +195,8 @@ fn counter_set(c: &CounterPlan) -> CounterSet {
 }
 
 fn slice(config: &ModelConfig, index: usize, count: i64, content: Content) -> ResourceSlice {
-    let (devices, shared_counters) = match content {
-        Content::Counters(sets) => (None, Some(sets)),
-        Content::Devices(devs) => (Some(devs), None),
-    };
+    let devices = Some(content.devices).filter(|d| !d.is_empty());
+    let shared_counters = Some(content.counters).filter(|c| !c.is_empty());
     ResourceSlice {
         metadata: ObjectMeta {
             name: Some(names::slice_name(

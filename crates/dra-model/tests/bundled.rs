@@ -3,8 +3,10 @@
 //! defines with the values discovery found.
 
 use dra_model::names::{self, ATTR_NUMA_NODE_STD, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT};
-use dra_model::validate::check_pool;
-use dra_model::{FeatureGate, FeatureGates, ModelConfig, ModelOptions, PfWithVfs, build_slices};
+use dra_model::validate::check_pool_for;
+use dra_model::{
+    FeatureGate, FeatureGates, ModelConfig, ModelOptions, PfWithVfs, Release, build_slices,
+};
 use testkit::fixture::{Topology, bundled};
 use topology::{DiscoveryConfig, Inventory, discover};
 
@@ -23,20 +25,22 @@ fn inventories() -> Vec<(&'static str, Inventory)> {
         .collect()
 }
 
+/// Every gate combination, for 1.34 (counters beside devices) and 1.37
+/// (counters in slices of their own).
 fn gate_sets() -> Vec<FeatureGates> {
     let gates = [
         FeatureGate::DraConsumableCapacity,
         FeatureGate::DraPartitionableDevices,
         FeatureGate::DraDeviceTaints,
     ];
-    (0..8u8)
+    let releases = [Release::OLDEST, Release::NEWEST];
+    (0..16u8)
         .map(|mask| {
+            let base = FeatureGates::for_release(releases[usize::from(mask >> 3)]);
             gates
                 .iter()
                 .enumerate()
-                .fold(FeatureGates::new(), |g, (i, gate)| {
-                    g.with(*gate, mask & (1 << i) != 0)
-                })
+                .fold(base, |g, (i, gate)| g.with(*gate, mask & (1 << i) != 0))
         })
         .collect()
 }
@@ -57,10 +61,11 @@ fn every_bundled_topology_yields_valid_slices_under_every_gate_and_policy() {
                     o.gpu_pairing_attribute = Some("gpu.amd.com/pciAddr".into());
                     o.pf_queue_pairs = Some(4096);
                     let set = build_slices(inv, &ModelConfig::new(o).unwrap());
-                    let v = check_pool(&set.slices);
+                    let v = check_pool_for(&set.slices, gates.release());
                     assert!(
                         v.is_empty(),
-                        "{name} [{}] {policy:?}: {v:#?}",
+                        "{name} [{} {}] {policy:?}: {v:#?}",
+                        gates.release(),
                         gates.to_flag()
                     );
                     assert!(set.devices().count() > 0, "{name}: nothing published");

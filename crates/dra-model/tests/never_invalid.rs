@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use dra_model::fabric::FabricSources;
-use dra_model::validate::check_pool;
+use dra_model::validate::check_pool_for;
 use dra_model::{
-    FeatureGate, FeatureGates, ModelConfig, ModelOptions, PfWithVfs, build_slices, sample,
+    FeatureGate, FeatureGates, ModelConfig, ModelOptions, PfWithVfs, Release, build_slices, sample,
 };
 use proptest::prelude::*;
 
@@ -15,6 +15,8 @@ struct Case {
     pfs: usize,
     vfs: usize,
     gates: [bool; 3],
+    /// Kubernetes 1.34 (counters beside devices) or 1.37.
+    oldest: bool,
     policy: u8,
     shared_all: bool,
     product: String,
@@ -35,7 +37,7 @@ fn case() -> impl Strategy<Value = Case> {
         "[ -~]{0,90}",
         "[a-z0-9.-]{0,63}",
         proptest::collection::vec(any::<bool>(), 9),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
     )
         .prop_map(
             |(
@@ -48,11 +50,12 @@ fn case() -> impl Strategy<Value = Case> {
                 firmware,
                 leaf_label,
                 down,
-                numa_unknown,
+                (numa_unknown, oldest),
             )| Case {
                 pfs,
                 vfs,
                 gates,
+                oldest,
                 policy,
                 shared_all,
                 product,
@@ -92,7 +95,8 @@ proptest! {
     fn pools_always_validate(c in case()) {
         let mut o = ModelOptions::new("node-a");
         let gates = [FeatureGate::DraConsumableCapacity, FeatureGate::DraPartitionableDevices, FeatureGate::DraDeviceTaints];
-        o.gates = gates.iter().zip(c.gates).fold(FeatureGates::new(), |g, (gate, on)| g.with(*gate, on));
+        let release = if c.oldest { Release::OLDEST } else { Release::NEWEST };
+        o.gates = gates.iter().zip(c.gates).fold(FeatureGates::for_release(release), |g, (gate, on)| g.with(*gate, on));
         o.pf_with_vfs = [PfWithVfs::Auto, PfWithVfs::VfsOnly, PfWithVfs::PfOnly][c.policy as usize];
         if c.shared_all {
             o.shared_pfs = vec!["*".into()];
@@ -103,7 +107,7 @@ proptest! {
         o.fabric = FabricSources { node_labels: labels, ..FabricSources::default() };
         let inv = inventory(&c);
         let set = build_slices(&inv, &ModelConfig::new(o).unwrap());
-        let violations = check_pool(&set.slices);
+        let violations = check_pool_for(&set.slices, release);
         prop_assert!(violations.is_empty(), "{:#?}", violations);
         let published = set.devices().count();
         prop_assert!(c.pfs == 0 || published > 0);

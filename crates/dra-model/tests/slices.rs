@@ -2,23 +2,28 @@
 //! changes, and that every result passes the validator.
 
 use dra_model::names::{self, attr};
-use dra_model::validate::{MAX_DEVICES, MAX_DEVICES_WITH_TAINTS_OR_COUNTERS, check_pool};
+use dra_model::validate::{
+    MAX_DEVICES, MAX_DEVICES_WITH_TAINTS_OR_COUNTERS, check_pool, check_pool_for,
+};
 use dra_model::{
-    FeatureGate, FeatureGates, ModelConfig, ModelOptions, PfWithVfs, SliceSet, build_slices, sample,
+    FeatureGate, FeatureGates, ModelConfig, ModelOptions, PfWithVfs, Release, SliceSet,
+    build_slices, sample,
 };
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
 fn build(inv: &topology::Inventory, tweak: impl FnOnce(&mut ModelOptions)) -> SliceSet {
     let mut o = ModelOptions::new("node-a");
     tweak(&mut o);
+    let release = o.gates.release();
     let set = build_slices(inv, &ModelConfig::new(o).unwrap());
-    let violations = check_pool(&set.slices);
+    let violations = check_pool_for(&set.slices, release);
     assert!(violations.is_empty(), "{violations:#?}");
     set
 }
 
+/// 1.37's layout (counters in slices of their own) with every gate on.
 fn all_gates() -> FeatureGates {
-    FeatureGates::new()
+    FeatureGates::for_release(Release::NEWEST)
         .with(FeatureGate::DraConsumableCapacity, true)
         .with(FeatureGate::DraPartitionableDevices, true)
         .with(FeatureGate::DraDeviceTaints, true)
@@ -139,7 +144,9 @@ fn pf_only_policy_hides_the_vfs() {
 
 #[test]
 fn partitionable_devices_make_pf_and_vfs_exclusive_through_counters() {
-    let gates = FeatureGates::new().with(FeatureGate::DraPartitionableDevices, true);
+    let gates = FeatureGates::for_release(Release::NEWEST)
+        .with(FeatureGate::DraConsumableCapacity, false)
+        .with(FeatureGate::DraDeviceTaints, false);
     let set = build(&sample::inventory(2, 3), |o| o.gates = gates);
     assert_eq!(set.devices().count(), 8);
     let counters = &set.slices[0];
@@ -161,6 +168,54 @@ fn partitionable_devices_make_pf_and_vfs_exclusive_through_counters() {
         vf.consumes_counters.as_ref().unwrap()[0].counter_set,
         "pf-0000-10-00-0"
     );
+}
+
+#[test]
+fn on_1_34_a_family_shares_its_slice_with_its_counter_set_or_is_published_as_vfs() {
+    let gates = FeatureGates::new().with(FeatureGate::DraPartitionableDevices, true);
+    let set = build(&sample::inventory(2, 3), |o| o.gates = gates.clone());
+    assert_eq!(set.slices.len(), 1, "two families of 4 fit one slice");
+    let slice = &set.slices[0].spec;
+    let sets: Vec<&str> = (slice.shared_counters.iter().flatten())
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(sets, ["pf-0000-10-00-0", "pf-0000-20-00-0"]);
+    assert_eq!(slice.devices.as_ref().unwrap().len(), 8);
+
+    // A PF with 128 VFs makes a family of 129: beyond one slice in 1.34.
+    let big = build(&sample::inventory(1, 128), |o| o.gates = gates.clone());
+    assert_eq!(big.devices().count(), 128);
+    assert!(big.device("pf-0000-10-00-0").is_none());
+    assert!(big.devices().all(|d| d.consumes_counters.is_none()));
+    assert!(
+        big.warnings.iter().any(|w| w.contains("Kubernetes 1.34")),
+        "{:?}",
+        big.warnings
+    );
+    let fits = build(&sample::inventory(1, 127), |o| o.gates = gates.clone());
+    assert!(fits.device("pf-0000-10-00-0").is_some());
+    assert_eq!(fits.slices.len(), 1);
+    // Families are packed whole: 5 PFs with 40 VFs (41 devices each) fit
+    // three to a slice of 128, and 9 small ones need two (8 sets per slice
+    // at most).
+    for (pfs, vfs, slices) in [(5, 40, 2), (7, 63, 4), (9, 2, 2)] {
+        let set = build(&sample::inventory(pfs, vfs), |o| o.gates = gates.clone());
+        assert_eq!(set.slices.len(), slices, "{pfs}x{vfs}");
+        for s in &set.slices {
+            let sets: Vec<&str> = (s.spec.shared_counters.iter().flatten())
+                .map(|c| c.name.as_str())
+                .collect();
+            let devices = s.spec.devices.iter().flatten();
+            for d in devices {
+                let set = &d.consumes_counters.as_ref().unwrap()[0].counter_set;
+                assert!(
+                    sets.contains(&set.as_str()),
+                    "{} consumes {set} from another slice",
+                    d.name
+                );
+            }
+        }
+    }
 }
 
 #[test]

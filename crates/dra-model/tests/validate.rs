@@ -1,8 +1,10 @@
 //! The validator catches each upstream rule on its own: start from a valid
 //! slice, break one thing, expect a violation at the right path.
 
-use dra_model::validate::{Violation, check_pool, check_slice};
-use dra_model::{FeatureGate, FeatureGates, ModelConfig, ModelOptions, build_slices, sample};
+use dra_model::validate::{Violation, check_pool, check_pool_for, check_slice};
+use dra_model::{
+    FeatureGate, FeatureGates, ModelConfig, ModelOptions, Release, build_slices, sample,
+};
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, DeviceAttribute, DeviceTaint, ResourceSlice,
 };
@@ -12,8 +14,9 @@ fn valid_pool(gates: FeatureGates) -> Vec<ResourceSlice> {
     let mut o = ModelOptions::new("node-a");
     o.gates = gates;
     o.shared_pfs = vec!["enp16s0".into()];
+    let release = o.gates.release();
     let slices = build_slices(&sample::inventory(2, 2), &ModelConfig::new(o).unwrap()).slices;
-    assert!(check_pool(&slices).is_empty());
+    assert!(check_pool_for(&slices, release).is_empty());
     slices
 }
 
@@ -243,7 +246,8 @@ fn taint_rules() {
 
 #[test]
 fn counters_and_pool_rules() {
-    let gates = FeatureGates::new().with(FeatureGate::DraPartitionableDevices, true);
+    let gates =
+        FeatureGates::for_release(Release::NEWEST).with(FeatureGate::DraConsumableCapacity, false);
     let pool = valid_pool(gates);
     // A slice with both counters and devices.
     let mut both = pool[1].clone();
@@ -272,4 +276,31 @@ fn counters_and_pool_rules() {
     let d = dup[1].spec.devices.as_ref().unwrap()[0].clone();
     dup[1].spec.devices.as_mut().unwrap().push(d);
     assert!(!check_pool(&dup).is_empty());
+}
+
+#[test]
+fn counters_beside_devices_are_the_1_34_rule_and_wrong_for_later_releases() {
+    let gates = FeatureGates::new().with(FeatureGate::DraPartitionableDevices, true);
+    let pool = valid_pool(gates.clone());
+    let family = &pool[0];
+    assert!(family.spec.shared_counters.is_some() && family.spec.devices.is_some());
+    assert!(check_pool_for(&pool, Release::OLDEST).is_empty());
+    expect(&check_slice(family), "spec");
+    // 1.34 looks for a device's counter set in its own slice only.
+    let mut moved = pool.clone();
+    let sets = moved[0].spec.shared_counters.take();
+    moved.push(moved[0].clone());
+    moved[1].spec.devices = None;
+    moved[1].spec.shared_counters = sets;
+    moved[1].metadata.name = Some("node-a-counters".into());
+    let count = moved.len() as i64;
+    for s in &mut moved {
+        s.spec.pool.resource_slice_count = count;
+    }
+    assert!(check_pool(&moved).is_empty(), "{:#?}", check_pool(&moved));
+    let v = check_pool_for(&moved, Release::OLDEST);
+    assert!(
+        v.iter().any(|v| v.message.contains("unknown counter set")),
+        "{v:#?}"
+    );
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use dra_model::fabric::{FabricFile, FabricSources, LldpNeighbors};
-use dra_model::{FeatureGates, ModelConfig, ModelOptions, PfWithVfs, SliceSet};
+use dra_model::{FeatureGates, ModelConfig, ModelOptions, PfWithVfs, Release, SliceSet};
 
 use super::SysfsSource;
 
@@ -22,9 +22,17 @@ pub struct ModelArgs {
     pub driver_name: String,
 
     /// Kubernetes feature gates, upstream syntax, e.g.
-    /// `DRAConsumableCapacity=true,DRADeviceTaints=true`. Defaults as in 1.34.
+    /// `DRAConsumableCapacity=true,DRADeviceTaints=true`, over the defaults
+    /// of `--kubernetes-version`.
     #[arg(long, value_name = "NAME=BOOL,...", value_parser = parse_gates, default_value = "")]
     pub feature_gates: FeatureGates,
+
+    /// Kubernetes release (1.34 or later) whose default feature gates and
+    /// slice layout apply: counters beside their devices in 1.34, in
+    /// slices of their own from 1.35. `node`: the API server's release
+    /// when not given; `slices`: 1.34 when not given.
+    #[arg(long, value_name = "1.MINOR", value_parser = parse_release)]
+    pub kubernetes_version: Option<Release>,
 
     /// Also publish each NIC's nearest GPU address under this attribute of the
     /// GPU driver (e.g. `gpu.amd.com/pciAddr`), for switch-precise pairing.
@@ -73,6 +81,11 @@ pub enum PfWithVfsArg {
     PfOnly,
 }
 
+fn parse_release(s: &str) -> Result<Release, String> {
+    s.parse()
+        .map_err(|e: dra_model::UnsupportedRelease| e.to_string())
+}
+
 fn parse_gates(s: &str) -> Result<FeatureGates, String> {
     s.parse()
         .map_err(|e: dra_model::FeatureGateError| e.to_string())
@@ -97,7 +110,8 @@ impl ModelArgs {
     pub fn config(&self, node: &str, node_labels: BTreeMap<String, String>) -> Result<ModelConfig> {
         let mut o = ModelOptions::new(node);
         o.driver = self.driver_name.clone();
-        o.gates = self.feature_gates.clone();
+        let release = self.kubernetes_version.unwrap_or(Release::OLDEST);
+        o.gates = self.feature_gates.clone().with_release(release);
         o.gpu_pairing_attribute = self.gpu_pairing_attribute.clone();
         o.pf_with_vfs = match self.pf_with_vfs {
             PfWithVfsArg::Auto => PfWithVfs::Auto,
@@ -159,7 +173,8 @@ fn run_command(cmd: &str) -> Result<String, String> {
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  ainic-dra slices --sysfs-root /sys --node-name node-a\n  \
-    ainic-dra slices --topology sriov-vfs --node-name n1 --feature-gates DRAPartitionableDevices=true -o json"
+    ainic-dra slices --topology sriov-vfs --node-name n1 --kubernetes-version 1.37 -o json\n  \
+    ainic-dra slices --topology sriov-vfs --node-name n1 --feature-gates DRAPartitionableDevices=true -o json   # 1.34 with the gate on"
 )]
 pub struct SlicesArgs {
     #[command(flatten)]
@@ -206,7 +221,8 @@ pub fn run(args: SlicesArgs) -> Result<()> {
 /// Builds the slices and refuses to return any that the API server would reject.
 pub fn build_checked(inventory: &topology::Inventory, config: &ModelConfig) -> Result<SliceSet> {
     let set = dra_model::build_slices(inventory, config);
-    let violations = dra_model::validate::check_pool(&set.slices);
+    let release = config.gates().release();
+    let violations = dra_model::validate::check_pool_for(&set.slices, release);
     if let Some(first) = violations.first() {
         bail!(
             "built an invalid ResourceSlice ({} violations), first: {first}",

@@ -4,10 +4,14 @@
 //! [`check_slice`] applies the rules of one object (what the API server
 //! checks on create/update); [`check_pool`] the rules that span the slices
 //! of one pool (counts, generations, unique names, counter references).
-//! Where 1.34 and 1.35+ differ, the stricter rule is applied (≤64 devices
-//! with taints or counters, ≤4 taints, ≤2 counter consumptions per device,
-//! ≤8 counter sets per slice, counters and devices in separate slices), so a
-//! slice that passes is accepted by either.
+//! Where 1.34 and 1.35+ differ, the stricter rule is applied (≤4 taints,
+//! ≤2 counter consumptions per device, ≤8 counter sets per slice), so a
+//! slice that passes is accepted by either. Where they differ in kind, the
+//! release decides ([`check_pool_for`]): ≤64 devices with taints or
+//! counters from 1.35 (128 in 1.34);
+//! from 1.35 counters and devices live in separate slices; in 1.34 a device
+//! consumes only counter sets of its own slice. [`check_pool`] and
+//! [`check_slice`] apply the 1.35+ rule.
 
 mod device;
 pub mod format;
@@ -19,11 +23,14 @@ use std::fmt;
 use k8s_openapi::api::resource::v1::{CounterSet, ResourceSlice};
 use k8s_quantity::Quantity;
 
-pub use pool::check_pool;
+pub use pool::{check_pool, check_pool_for};
+
+use crate::gates::Release;
 
 /// Devices per slice.
 pub const MAX_DEVICES: usize = 128;
-/// Devices per slice when any device has taints or consumes counters.
+/// Devices per slice when any device has taints or consumes counters
+/// (1.35 and later; see `Release::max_devices_with_taints_or_counters`).
 pub const MAX_DEVICES_WITH_TAINTS_OR_COUNTERS: usize = 64;
 /// Attributes plus capacities per device.
 pub const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
@@ -76,8 +83,14 @@ impl Report {
     }
 }
 
-/// Every rule one ResourceSlice breaks; empty when the API server would accept it.
+/// Every rule one ResourceSlice breaks; empty when the API server of 1.35
+/// or later would accept it.
 pub fn check_slice(slice: &ResourceSlice) -> Vec<Violation> {
+    check_slice_for(slice, Release::NEWEST)
+}
+
+/// Every rule one ResourceSlice breaks for the API server of `release`.
+pub fn check_slice_for(slice: &ResourceSlice, release: Release) -> Vec<Violation> {
     let mut r = Report::default();
     let name = slice.metadata.name.as_deref().unwrap_or("");
     r.check(
@@ -97,7 +110,8 @@ pub fn check_slice(slice: &ResourceSlice) -> Vec<Violation> {
     check_pool_ref(&mut r, slice);
     check_node_selection(&mut r, slice);
     let devices = spec.devices.as_deref().unwrap_or(&[]);
-    if spec.devices.is_some() && spec.shared_counters.is_some() {
+    if spec.devices.is_some() && spec.shared_counters.is_some() && release.counters_in_own_slices()
+    {
         r.fail("spec", "only one of devices and sharedCounters may be set");
     }
     let advanced = devices.iter().any(|d| {
@@ -105,7 +119,7 @@ pub fn check_slice(slice: &ResourceSlice) -> Vec<Violation> {
             || d.consumes_counters.as_ref().is_some_and(|c| !c.is_empty())
     });
     let max = if advanced {
-        MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
+        release.max_devices_with_taints_or_counters()
     } else {
         MAX_DEVICES
     };

@@ -6,18 +6,25 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_quantity::Quantity;
 
 use super::{Report, Violation};
+use crate::gates::Release;
 
 /// Every rule the slices of one pool break together: one driver and pool
 /// name, one generation, `resourceSliceCount` equal to the number of
 /// slices, unique slice and device names, unique counter sets, and every
 /// `consumesCounters` naming a counter set and counter of the pool with
 /// enough in it. Also runs [`super::check_slice`] on each slice, with the
-/// slice name in the path.
+/// slice name in the path. Rules of 1.35 and later.
 pub fn check_pool(slices: &[ResourceSlice]) -> Vec<Violation> {
+    check_pool_for(slices, Release::NEWEST)
+}
+
+/// [`check_pool`] for the API server and scheduler of `release`: in 1.34 a
+/// device's counter sets must be in its own slice.
+pub fn check_pool_for(slices: &[ResourceSlice], release: Release) -> Vec<Violation> {
     let mut r = Report::default();
     for s in slices {
         let name = s.metadata.name.clone().unwrap_or_default();
-        for v in super::check_slice(s) {
+        for v in super::check_slice_for(s, release) {
             r.fail(format!("{name}: {}", v.path), v.message);
         }
     }
@@ -53,7 +60,13 @@ pub fn check_pool(slices: &[ResourceSlice]) -> Vec<Violation> {
         );
     }
     check_unique_names(&mut r, slices);
-    check_counter_references(&mut r, slices);
+    if release.counters_in_own_slices() {
+        check_counter_references(&mut r, slices);
+    } else {
+        for s in slices {
+            check_counter_references(&mut r, std::slice::from_ref(s));
+        }
+    }
     r.violations
 }
 
