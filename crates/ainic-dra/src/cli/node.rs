@@ -182,6 +182,7 @@ pub fn run(args: NodeArgs) -> Result<()> {
         model: Box::new(move |labels| model_args.config(&node_name, labels)),
         classic,
         resync_every: Duration::from_secs(args.resync_interval.max(1)),
+        kubernetes_version: args.model.kubernetes_version,
     };
     runtime.block_on(async move {
         let client = kube_client(args.kubeconfig.as_ref()).await?;

@@ -2,12 +2,12 @@
 //! the ResourceSlice publisher and, when asked, the classic device plugin,
 //! all following the same inventory, until SIGTERM/SIGINT.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use dra_model::ModelConfig;
+use dra_model::{FeatureGate, ModelConfig, Release};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use tokio::sync::{mpsc, watch};
@@ -16,7 +16,7 @@ use super::follow::{Seen, watch as watch_objects};
 use super::http::metrics::Metrics;
 use super::plugin::claims::KubeClaims;
 use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
-use super::{NodeConfig, shutdown_signal, start};
+use super::{NodeConfig, server_version, shutdown_signal, start};
 use crate::classic::ClassicSettings;
 use dra_model::classic::ClassicConfig;
 
@@ -32,6 +32,24 @@ pub struct AgentConfig {
     /// How often the publisher re-checks its slices in the API even when
     /// nothing changed (repairs slices someone else changed or deleted).
     pub resync_every: Duration,
+    /// The release to publish for (`--kubernetes-version`); the API
+    /// server's when `None`.
+    pub kubernetes_version: Option<Release>,
+}
+
+/// The model as published to a server of `release` that dropped the
+/// fields of the `refused` gates: `release`'s defaults under the
+/// configured overrides, the refused gates off whatever was configured.
+fn for_server(
+    model: ModelConfig,
+    release: Release,
+    refused: &BTreeSet<FeatureGate>,
+) -> ModelConfig {
+    let mut gates = model.gates().clone().with_release(release);
+    for &gate in refused {
+        gates.set(gate, false);
+    }
+    model.with_gates(gates)
 }
 
 /// The node's labels (fabric facts may come from them); empty when the
@@ -172,7 +190,8 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
 
     let mut metrics = Metrics::default();
     let publisher_metrics = PublisherMetrics::default();
-    publisher_metrics.register(metrics.registry_mut());
+    // The agent's own metrics carry the prefix in their names.
+    publisher_metrics.register(metrics.registry_mut().sub_registry_with_prefix("ainic_dra"));
     let metrics = Arc::new(metrics);
 
     // A classic spec left by a run with --cdi-enabled: nothing would keep
@@ -207,9 +226,10 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         both_paths(&model)?;
         Ok(model)
     });
+    let release_nudge = nudge_tx.clone();
     let models = follow_node_labels(&client, &node_name, labels, model, checked, nudge_tx);
     let publisher = SlicePublisher::new(
-        client,
+        client.clone(),
         PublisherConfig {
             node_name,
             driver_name,
@@ -217,23 +237,47 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         },
     )
     .with_metrics(publisher_metrics);
+    let refused = publisher.refused_gates();
     let inventory = started.inventory.clone();
-    let build = move || {
-        let mut current = inventory.borrow().clone();
-        if let Some(split) = &dra_split {
-            current = Arc::new(dra_model::classic::dra_share(split, &current));
-        }
-        let model = models.borrow().clone();
-        Ok(crate::cli::slices::build_checked(&current, &model)?.slices)
-    };
     let mut options = RunOptions::new(config.resync_every);
     options.follow = Some(started.inventory.clone());
     options.nudges = Some(nudges);
     let mut stopped = stop_rx.clone();
-    let stop = async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
-    let publishing = tokio::spawn(super::publisher::run(publisher, build, options, stop));
+    let explicit = config.kubernetes_version;
+    // The plugin serves meanwhile: prepares need no slices of ours.
+    let publishing = tokio::spawn(async move {
+        let release = match explicit {
+            Some(release) => release,
+            None => match server_version::learn(&client, Backoff::default(), &mut stopped).await {
+                Some(release) => release,
+                None => return,
+            },
+        };
+        let (release_tx, releases) = watch::channel(release);
+        if explicit.is_none() {
+            // A control plane upgraded under a running agent.
+            let every = options.resync_every;
+            tokio::spawn(server_version::follow(
+                client,
+                every,
+                release_tx,
+                release_nudge,
+            ));
+        }
+        let build = move || {
+            let release = *releases.borrow();
+            let mut current = inventory.borrow().clone();
+            if let Some(split) = &dra_split {
+                current = Arc::new(dra_model::classic::dra_share(split, &current));
+            }
+            let model = for_server(models.borrow().clone(), release, &refused.get());
+            Ok(crate::cli::slices::build_checked(&current, &model)?.slices)
+        };
+        let stop = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        super::publisher::run(publisher, build, options, stop).await;
+    });
 
     shutdown_signal().await;
     tracing::info!("shutting down");
@@ -248,4 +292,38 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         while tasks.join_next().await.is_some() {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dra_model::{FeatureGates, ModelOptions};
+
+    #[test]
+    fn the_server_release_sets_defaults_flags_override_and_refused_gates_win() {
+        let mut o = ModelOptions::new("n1");
+        o.gates = "DRADeviceTaints=false,DRAConsumableCapacity=true"
+            .parse::<FeatureGates>()
+            .unwrap();
+        let model = ModelConfig::new(o).unwrap();
+        let r37 = Release::NEWEST;
+        let none = BTreeSet::new();
+        let published = for_server(model.clone(), r37, &none);
+        assert_eq!(published.gates().release(), r37);
+        assert!(
+            published.gate(FeatureGate::DraPartitionableDevices),
+            "1.37 default"
+        );
+        assert!(!published.gate(FeatureGate::DraDeviceTaints), "flag");
+        let refused = BTreeSet::from([FeatureGate::DraConsumableCapacity]);
+        let published = for_server(model, Release::OLDEST, &refused);
+        assert!(
+            !published.gate(FeatureGate::DraConsumableCapacity),
+            "refused"
+        );
+        assert!(
+            !published.gate(FeatureGate::DraPartitionableDevices),
+            "1.34 default"
+        );
+    }
 }

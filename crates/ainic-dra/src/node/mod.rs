@@ -23,6 +23,7 @@ pub mod health;
 pub mod http;
 pub mod plugin;
 pub mod publisher;
+pub mod server_version;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

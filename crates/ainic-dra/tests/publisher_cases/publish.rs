@@ -2,8 +2,11 @@
 //! real `kube` client: first publish, no-op resync, device changes, restart
 //! with stale slices, and the write order that keeps one generation as truth.
 
+use std::collections::BTreeSet;
+
 use super::fixtures::*;
 use crate::publisher::{PublishError, WriteOp};
+use dra_model::FeatureGate;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use testkit::apiserver::Verb;
 
@@ -251,13 +254,19 @@ async fn fields_the_server_drops_do_not_cause_endless_rewrites() {
     let (mut publisher, _) = publisher(&server, "n1");
     let mut devs = devices("pf", 2);
     devs[0].allow_multiple_allocations = Some(true);
-    assert!(
-        publisher
-            .publish(&pool("n1", &devs, 2))
-            .await
-            .unwrap()
-            .changed
+    // A dry run finds the field dropped before anything is written: the
+    // caller is told to build again without its gate.
+    let first = publisher.publish(&pool("n1", &devs, 2)).await.unwrap();
+    assert!(first.refused && !first.changed, "{first:?}");
+    assert_eq!(server.writes(), 0);
+    assert_eq!(
+        publisher.refused_gates().get(),
+        BTreeSet::from([FeatureGate::DraConsumableCapacity])
     );
+    // A caller that sends the field anyway gets it written once (no
+    // second dry run, no second report), and then never again.
+    let written = publisher.publish(&pool("n1", &devs, 2)).await.unwrap();
+    assert!(written.changed && !written.refused, "{written:?}");
     server.clear_requests();
     let again = publisher.publish(&pool("n1", &devs, 2)).await.unwrap();
     assert!(!again.changed);

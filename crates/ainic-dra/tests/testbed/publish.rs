@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::Value;
-use testkit::testbed::{Testbed, Version, wait};
+use testkit::testbed::{Testbed, UpOptions, Version, wait};
 
 use crate::support::{
     self, GATES_1_37, NodeAgent, expected_slices, install_chart, pool_slices, published,
@@ -72,7 +72,8 @@ async fn accepted(client: &kube::Client, topology: &str, node: &str, flags: &[&s
 async fn every_bundled_topology_publishes_slices_the_api_server_accepts() {
     let bed = Testbed::shared(Version::V1_37);
     let client = bed.client().await;
-    let shapes: [&[&str]; 3] = [
+    let shapes: [&[&str]; 4] = [
+        &["--kubernetes-version", "1.34"],
         &[],
         &["--feature-gates", GATES_1_37, "--shared-pfs", "*"],
         &[
@@ -107,9 +108,40 @@ async fn the_oldest_supported_api_server_accepts_every_bundled_topology() {
     );
     let client = bed.client().await;
     for (topology, _) in testkit::fixture::bundled() {
-        let n = accepted(&client, topology, &format!("old-{topology}"), &[]).await;
+        let n = accepted(
+            &client,
+            topology,
+            &format!("old-{topology}"),
+            &["--kubernetes-version", "1.34"],
+        )
+        .await;
         assert!(n > 0, "{topology} built no slice");
     }
+}
+
+#[tokio::test]
+async fn a_1_34_server_with_the_gates_on_keeps_counters_beside_their_devices() {
+    let gates = "DRAConsumableCapacity=true,DRAPartitionableDevices=true,DRADeviceTaints=true";
+    let bed = tokio::task::spawn_blocking(move || {
+        Testbed::up(&UpOptions {
+            version: Some(Version::V1_34),
+            feature_gates: Some(gates.into()),
+            ..UpOptions::default()
+        })
+    })
+    .await
+    .unwrap();
+    let client = bed.client().await;
+    let mut families = 0;
+    for (topology, _) in testkit::fixture::bundled() {
+        let flags = ["--kubernetes-version", "1.34", "--feature-gates", gates];
+        accepted(&client, topology, &format!("gated-{topology}"), &flags).await;
+        let slices = expected_slices(topology, "n", &flags);
+        families += (slices.iter())
+            .filter(|s| s.spec.shared_counters.is_some() && s.spec.devices.is_some())
+            .count();
+    }
+    assert!(families > 0, "no bundled topology has a PF with VFs");
 }
 
 /// `ainic_dra_slice_syncs_total{result="unchanged"}` of an agent, from
@@ -149,16 +181,17 @@ fn versions(slices: &[ResourceSlice]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A loopback address with a free port, for an agent's `--http-addr`.
+fn free_http_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
+}
+
 async fn publish_at_rest(node: &str, topology: &str, model: &[&str]) {
     let bed = Testbed::shared(Version::V1_37);
     install_chart(bed).await;
     let client = bed.client().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let http = format!("127.0.0.1:{port}");
+    let http = free_http_addr();
     let mut flags = vec!["--resync-interval", "1", "--http-addr", &http];
     flags.extend_from_slice(model);
     let mut agent = NodeAgent::start(bed, node, topology, &BTreeMap::new(), &flags).await;
@@ -221,4 +254,106 @@ async fn an_agent_publishes_the_1_37_defaults_and_writes_nothing_at_rest() {
         &["--feature-gates", GATES_1_37, "--shared-pfs", "*"],
     )
     .await;
+}
+
+#[tokio::test]
+async fn an_agent_learns_the_servers_release_and_publishes_its_defaults_untold() {
+    // No gate and no version: from the 1.37 server the agent takes 1.37's
+    // defaults, so one PF is shared and the others come with their VFs
+    // through counters in a slice of their own.
+    let model = ["--shared-pfs", "enp194s0"];
+    let want = expected_slices("sriov-vfs", "pub-untold", &model);
+    let devices = || want.iter().flat_map(|s| s.spec.devices.iter().flatten());
+    assert!(devices().any(|d| d.allow_multiple_allocations == Some(true)));
+    assert!(devices().any(|d| d.consumes_counters.is_some()));
+    assert!((want.iter()).any(|s| s.spec.shared_counters.is_some() && s.spec.devices.is_none()));
+    publish_at_rest("pub-untold", "sriov-vfs", &model).await;
+}
+
+/// Lines of `log` that contain `text`.
+fn lines_with(log: &str, text: &str) -> usize {
+    log.lines().filter(|l| l.contains(text)).count()
+}
+
+#[tokio::test]
+async fn a_1_34_server_that_drops_gated_fields_gets_slices_without_them_once() {
+    // The 1.34 testbed runs with 1.34's defaults: consumable capacity and
+    // partitionable devices off. The agent is told to use both.
+    let bed = Testbed::shared(Version::V1_34);
+    install_chart(bed).await;
+    let client = bed.client().await;
+    let http = free_http_addr();
+    let node = "old-drops";
+    let told = [
+        "--feature-gates",
+        "DRAConsumableCapacity=true,DRAPartitionableDevices=true",
+        "--shared-pfs",
+        "enp194s0",
+    ];
+    let mut flags = vec!["--resync-interval", "1", "--http-addr", &http];
+    flags.extend_from_slice(&told);
+    let agent = NodeAgent::start(bed, node, "sriov-vfs", &BTreeMap::new(), &flags).await;
+    let asked = expected_slices(
+        "sriov-vfs",
+        node,
+        &[&told[..], &["--kubernetes-version", "1.34"]].concat(),
+    );
+    assert!(
+        asked
+            .iter()
+            .any(|s| s.spec.shared_counters.is_some() && s.spec.devices.is_some())
+    );
+    let without = expected_slices(
+        "sriov-vfs",
+        node,
+        &["--kubernetes-version", "1.34", "--shared-pfs", "enp194s0"],
+    );
+    let slices = published(&client, &agent, without.len()).await;
+    for (got, want) in slices.iter().zip(&without) {
+        assert_eq!(got.spec.devices, want.spec.devices, "{node}: devices");
+        assert_eq!(got.spec.shared_counters, None);
+    }
+    let before = versions(&slices);
+    wait::until("two resyncs", wait::DEADLINE, || async {
+        let n = unchanged_syncs(&http).await;
+        if n >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} unchanged syncs"))
+        }
+    })
+    .await;
+    assert_eq!(
+        versions(&pool_slices(&client, support::DRIVER, node).await),
+        before
+    );
+    let metrics = http_get(&format!("http://{http}/metrics")).await;
+    for (field, gate) in [
+        (
+            "spec.devices[].allowMultipleAllocations",
+            "DRAConsumableCapacity",
+        ),
+        ("spec.sharedCounters", "DRAPartitionableDevices"),
+    ] {
+        let line =
+            format!("ainic_dra_slice_fields_dropped_total{{field=\"{field}\",gate=\"{gate}\"}} 1");
+        let log = agent.log();
+        assert!(
+            metrics.contains(&line),
+            "{line} not in\n{metrics}\nlog:\n{}",
+            support::tail(&log, 20)
+        );
+        assert_eq!(
+            lines_with(&log, &format!("drops {field} from resource slices")),
+            1,
+            "{}",
+            support::tail(&log, 20)
+        );
+    }
+    // What was dropped was found by dry runs: no slice ever carried it.
+    let creates = metrics
+        .lines()
+        .find(|l| l.starts_with("ainic_dra_slice_writes_total{op=\"create\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<usize>().ok());
+    assert_eq!(creates, Some(without.len()), "{metrics}");
 }

@@ -53,7 +53,11 @@ pub async fn install_chart(bed: &'static Testbed) {
             kubeconfig.to_str().unwrap(),
         ])
         .unwrap_or_else(|e| panic!("{e}"));
-        cluster::namespace(&bed.client().await, NAMESPACE).await;
+        // The 1.34 bed is an API server alone (no controller manager makes
+        // default service accounts, no pods run there).
+        if bed.version() == testbed::Version::V1_37 {
+            cluster::namespace(&bed.client().await, NAMESPACE).await;
+        }
     })
     .await;
 }
@@ -208,12 +212,14 @@ impl Drop for NodeAgent {
 /// The slices of `driver` in pool `pool`, sorted by name.
 pub async fn pool_slices(client: &kube::Client, driver: &str, pool: &str) -> Vec<ResourceSlice> {
     let api: Api<ResourceSlice> = Api::all(client.clone());
-    let selector = format!("spec.driver={driver},spec.pool.name={pool}");
+    // By driver only: 1.34 has no field selector on the pool name.
+    let selector = format!("spec.driver={driver}");
     let mut slices = api
         .list(&ListParams::default().fields(&selector))
         .await
         .unwrap_or_else(|e| panic!("cannot list slices of pool {pool}: {e}"))
         .items;
+    slices.retain(|s| s.spec.pool.name == pool);
     slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     slices
 }
@@ -242,8 +248,14 @@ pub async fn published(
     .await
 }
 
-/// What `ainic-dra slices` builds for a topology and node with `flags`.
+/// What `ainic-dra slices` builds for a topology and node with `flags`,
+/// for Kubernetes 1.37 (what an agent learns from the 1.37 testbed) unless
+/// `flags` name a `--kubernetes-version`.
 pub fn expected_slices(topology: &str, node: &str, flags: &[&str]) -> Vec<ResourceSlice> {
+    let mut flags = flags.to_vec();
+    if !flags.contains(&"--kubernetes-version") {
+        flags.extend(["--kubernetes-version", "1.37"]);
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
         .args([
             "slices",
@@ -254,7 +266,7 @@ pub fn expected_slices(topology: &str, node: &str, flags: &[&str]) -> Vec<Resour
             "-o",
             "json",
         ])
-        .args(flags)
+        .args(&flags)
         .output()
         .expect("run ainic-dra slices");
     assert!(

@@ -67,6 +67,8 @@ pub struct RequestRecord {
     pub code: u16,
     /// Whether a [`Fault`] produced the answer.
     pub injected: bool,
+    /// A dry run (`dryRun=All`): nothing was stored.
+    pub dry_run: bool,
 }
 
 /// A rule: fail the next `times` requests that match `verb` and `resource`.

@@ -31,6 +31,8 @@ pub(crate) struct Shared {
     pub log: Mutex<Vec<RequestRecord>>,
     /// Latest resourceVersion, for waking watches.
     pub changed: tokio::sync::watch::Sender<u64>,
+    /// What `/version` answers.
+    pub version: Mutex<Value>,
 }
 
 /// Locks a mutex, ignoring poisoning (a panicked test thread must not hide state).
@@ -137,6 +139,9 @@ fn dispatch(
             Ok((200, store.list(rt, ns, &labels, &fields)))
         }
         Verb::Get => store.get(rt, ns, name).map(|o| (200, o)),
+        Verb::Create if sub.is_none() && dry_run(query) => {
+            store.create_dry_run(rt, ns, body).map(|o| (201, o))
+        }
         Verb::Create if sub.is_none() => store.create(rt, ns, body, false).map(|o| (201, o)),
         Verb::Update => store.update(rt, ns, name, body, sub).map(|o| (200, o)),
         Verb::Patch => store
@@ -149,10 +154,15 @@ fn dispatch(
             "the server does not allow this method",
         )),
     };
-    if verb.is_write() {
+    if verb.is_write() && !dry_run(query) {
         shared.changed.send_replace(store.resource_version());
     }
     result
+}
+
+/// `dryRun=All`: validate and answer, store nothing.
+fn dry_run(query: &HashMap<String, String>) -> bool {
+    query.get("dryRun").is_some_and(|d| d == "All")
 }
 
 fn record_name(route: &Route, verb: Verb, body: &Value, result: Option<&Value>) -> Option<String> {
@@ -177,6 +187,9 @@ pub(crate) async fn handle(
         "NotFound",
         "the server could not find the requested resource",
     );
+    if parts.uri.path() == "/version" && parts.method == Method::GET {
+        return Ok(json_response(200, &lock(&shared.version)));
+    }
     let Some(route) = route(parts.uri.path()) else {
         return Ok(error_response(&not_found));
     };
@@ -196,6 +209,7 @@ pub(crate) async fn handle(
         subresource: route.subresource.clone(),
         code: 200,
         injected: false,
+        dry_run: dry_run(&query),
     };
     let injected = lock(&shared.faults).take(verb, route.rt.plural);
     if let Some(code) = injected {

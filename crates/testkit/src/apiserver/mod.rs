@@ -4,8 +4,10 @@
 //! the real `kube` client: `resource.k8s.io/v1` ResourceSlices, ResourceClaims
 //! (namespaced, with `/status`) and DeviceClasses, and core `v1` Nodes. Verbs:
 //! list (label and field selectors), watch, get, create (`generateName`, uid,
-//! resourceVersion, creationTimestamp), update (stale resourceVersion → 409
-//! with a `Status` body), merge and JSON patch, delete (with preconditions).
+//! resourceVersion, creationTimestamp; `dryRun=All` stores nothing),
+//! update (stale resourceVersion → 409 with a `Status` body), merge and
+//! JSON patch, delete (with preconditions), and `/version` (1.34 unless
+//! [`ApiServer::set_version`] says otherwise).
 //!
 //! Tests can seed and read objects directly, inject failures
 //! ([`Fault`]) and read the request log ([`RequestRecord`]).
@@ -75,6 +77,21 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
 }
 
+/// A `/version` answer for Kubernetes `1.<minor>`.
+fn version_info(minor: u32) -> serde_json::Value {
+    serde_json::json!({
+        "major": "1",
+        "minor": minor.to_string(),
+        "gitVersion": format!("v1.{minor}.0-ainic-stand-in"),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.26",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
 fn resource_type<K: Resource>() -> &'static resources::ResourceType {
     resources::by_plural(K::URL_PATH_SEGMENT)
         .unwrap_or_else(|| panic!("the API stand-in does not serve {}", K::URL_PATH_SEGMENT))
@@ -94,6 +111,7 @@ impl ApiServer {
             faults: Mutex::default(),
             log: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(0),
+            version: Mutex::new(version_info(34)),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
         Ok(Self { addr, shared, task })
@@ -174,12 +192,17 @@ impl ApiServer {
     }
 
     /// Number of write requests (create, update, patch, delete) received,
-    /// whether they succeeded or not.
+    /// whether they succeeded or not; dry runs are not counted.
     pub fn writes(&self) -> usize {
         lock(&self.shared.log)
             .iter()
-            .filter(|r| r.verb.is_write())
+            .filter(|r| r.verb.is_write() && !r.dry_run)
             .count()
+    }
+
+    /// Makes `/version` answer Kubernetes `1.<minor>` (1.34 until set).
+    pub fn set_version(&self, minor: u32) {
+        *lock(&self.shared.version) = version_info(minor);
     }
 
     /// Forgets the request log (e.g. after a test's setup phase).

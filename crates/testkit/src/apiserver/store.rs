@@ -218,6 +218,28 @@ impl Store {
         body: Value,
         keep_status: bool,
     ) -> Result<Value, ApiError> {
+        self.create_or_try(rt, ns, body, keep_status, false)
+    }
+
+    /// What [`Store::create`] would store, without storing it (a dry run:
+    /// no uid, resourceVersion or event).
+    pub fn create_dry_run(
+        &mut self,
+        rt: &'static ResourceType,
+        ns: Option<&str>,
+        body: Value,
+    ) -> Result<Value, ApiError> {
+        self.create_or_try(rt, ns, body, false, true)
+    }
+
+    fn create_or_try(
+        &mut self,
+        rt: &'static ResourceType,
+        ns: Option<&str>,
+        body: Value,
+        keep_status: bool,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
         let mut obj = Self::normalize(rt, body)?;
         Self::check_namespace(rt, &mut obj, ns)?;
         let mut name = str_field(&obj, "metadata.name").to_string();
@@ -236,6 +258,15 @@ impl Store {
         let k = key(rt, ns, &name);
         if self.objects.contains_key(&k) {
             return Err(ApiError::already_exists(rt, &name));
+        }
+        if dry_run {
+            let mut obj = obj;
+            obj["metadata"]["name"] = json!(name);
+            if rt.has_status {
+                obj.as_object_mut().map(|o| o.remove("status"));
+            }
+            self.strategy.prepare(rt, &mut obj);
+            return Ok(obj);
         }
         let uid = self.new_uid();
         let rv = self.bump();

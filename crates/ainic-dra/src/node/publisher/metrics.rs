@@ -25,6 +25,8 @@ pub enum WriteOp {
 pub enum SyncResult {
     /// Nothing to write.
     Unchanged,
+    /// Nothing written: the server drops a gated field; built again without it.
+    Refused,
     /// A new generation was published.
     Published,
     /// Gave up (the run loop tries again on the next trigger).
@@ -46,6 +48,7 @@ impl EncodeLabelValue for SyncResult {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         let value = match self {
             SyncResult::Unchanged => "unchanged",
+            SyncResult::Refused => "refused",
             SyncResult::Published => "published",
             SyncResult::Failed => "failed",
         };
@@ -63,6 +66,12 @@ struct ResultLabels {
     result: SyncResult,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FieldLabels {
+    field: String,
+    gate: String,
+}
+
 /// The publisher's metrics; clones share the same counters.
 #[derive(Debug, Clone, Default)]
 pub struct PublisherMetrics {
@@ -70,12 +79,13 @@ pub struct PublisherMetrics {
     syncs: Family<ResultLabels, Counter>,
     retries: Counter,
     generation: Gauge,
+    dropped: Family<FieldLabels, Counter>,
 }
 
 impl PublisherMetrics {
     /// Registers the metrics as `slice_writes`, `slice_syncs`,
-    /// `slice_retries`, `slice_pool_generation` under the registry's prefix
-    /// (the agent's registry uses `ainic_dra`).
+    /// `slice_retries`, `slice_pool_generation`, `slice_fields_dropped`
+    /// under the registry's prefix (the agent's registry uses `ainic_dra`).
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "slice_writes",
@@ -97,6 +107,19 @@ impl PublisherMetrics {
             "Published pool generation",
             self.generation.clone(),
         );
+        registry.register(
+            "slice_fields_dropped",
+            "Gated ResourceSlice fields the API server dropped (its gate is off there), counted once when found",
+            self.dropped.clone(),
+        );
+    }
+
+    pub(crate) fn count_dropped(&self, field: &str, gate: &str) {
+        let labels = FieldLabels {
+            field: field.to_string(),
+            gate: gate.to_string(),
+        };
+        self.dropped.get_or_create(&labels).inc();
     }
 
     pub(crate) fn count_write(&self, op: WriteOp) {

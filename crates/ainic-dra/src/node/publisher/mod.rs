@@ -13,15 +13,24 @@
 //! The publisher does not build slices: the caller passes them in (from
 //! `dra-model`). [`run`] re-publishes on inventory changes, link events and
 //! periodic resyncs. The list-compare-write pass itself is in `sync`.
+//!
+//! Gated fields a server drops ([`dropped`]) are found before the first
+//! write that carries them (a dry-run create) and in every stored object
+//! a write returns; each is logged once and counted, and its gate lands in
+//! [`RefusedGates`], which the caller's build honours.
 
 mod backoff;
+pub mod dropped;
 mod metrics;
 mod netlink;
 mod plan;
 mod run;
 mod sync;
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use dra_model::FeatureGate;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -106,6 +115,39 @@ pub struct PublishOutcome {
     pub deleted: usize,
     /// Attempts it took (1 = no retry).
     pub attempts: u32,
+    /// The server dropped a gated field not seen dropped before: its gate
+    /// is now in [`RefusedGates`]; build again and publish at once.
+    pub refused: bool,
+}
+
+/// Feature gates whose fields the API server dropped: the slices built
+/// from now on leave them off. Clones share one set.
+#[derive(Debug, Clone, Default)]
+pub struct RefusedGates(Arc<Mutex<BTreeSet<FeatureGate>>>);
+
+impl RefusedGates {
+    /// The refused gates so far.
+    pub fn get(&self) -> BTreeSet<FeatureGate> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn add(&self, gate: FeatureGate) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(gate);
+    }
+}
+
+/// What the publisher knows about the server's gated fields.
+#[derive(Debug, Default)]
+struct ServerFields {
+    kept: BTreeSet<dropped::GatedField>,
+    dropped: BTreeSet<dropped::GatedField>,
+    refused: RefusedGates,
+    /// Dry runs failed for another reason than the content: no more
+    /// probes; real writes are still read back.
+    no_probes: bool,
 }
 
 /// Publishes one node's ResourceSlices.
@@ -116,6 +158,7 @@ pub struct SlicePublisher {
     sleeper: Arc<dyn Sleeper>,
     metrics: PublisherMetrics,
     last: Option<sync::LastPublished>,
+    fields: ServerFields,
 }
 
 impl SlicePublisher {
@@ -128,7 +171,18 @@ impl SlicePublisher {
             sleeper: Arc::new(TokioSleeper),
             metrics: PublisherMetrics::default(),
             last: None,
+            fields: ServerFields::default(),
         }
+    }
+
+    /// The gates whose fields the server dropped (shared with the build).
+    pub fn refused_gates(&self) -> RefusedGates {
+        self.fields.refused.clone()
+    }
+
+    /// The gated fields the server was found to drop.
+    pub fn dropped_fields(&self) -> &BTreeSet<dropped::GatedField> {
+        &self.fields.dropped
     }
 
     /// Uses `sleeper` for backoff waits (tests: one that only records).
@@ -174,10 +228,10 @@ impl SlicePublisher {
             attempt += 1;
             let error = match self.sync_once(desired).await {
                 Ok(outcome) => {
-                    let result = if outcome.changed {
-                        SyncResult::Published
-                    } else {
-                        SyncResult::Unchanged
+                    let result = match (outcome.changed, outcome.refused) {
+                        (true, _) => SyncResult::Published,
+                        (false, true) => SyncResult::Refused,
+                        (false, false) => SyncResult::Unchanged,
                     };
                     self.metrics.count_sync(result);
                     self.metrics.set_generation(outcome.generation);

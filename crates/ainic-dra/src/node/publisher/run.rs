@@ -69,15 +69,26 @@ enum Trigger {
     Link,
     Nudged,
     Retry,
+    /// The server dropped a gated field: build again without its gate.
+    Refused,
 }
 
-/// Publishes once; whether it worked.
+/// How one sync went.
+#[derive(Clone, Copy)]
+enum Synced {
+    Ok,
+    /// Worked, but a gate was refused: build and publish again at once.
+    Again,
+    Failed,
+}
+
+/// Publishes once.
 async fn sync<F, T>(
     publisher: &mut SlicePublisher,
     build: &mut F,
     trigger: Trigger,
     options: &RunOptions<T>,
-) -> bool
+) -> Synced
 where
     F: FnMut() -> anyhow::Result<Vec<ResourceSlice>>,
 {
@@ -96,11 +107,15 @@ where
             "resource slices not published; keeping the last ones"
         );
     }
-    let ok = result.is_ok();
+    let synced = match &result {
+        Ok(outcome) if outcome.refused => Synced::Again,
+        Ok(_) => Synced::Ok,
+        Err(_) => Synced::Failed,
+    };
     if let Some(reports) = &options.reports {
         let _ = reports.send(result.map_err(|e| format!("{e:#}")));
     }
-    ok
+    synced
 }
 
 /// Waits for the next event; pending forever once there is no source.
@@ -154,9 +169,14 @@ where
     let mut follow = options.follow.take();
     let mut trigger = Trigger::Startup;
     'publishing: loop {
-        let ok = sync(&mut publisher, &mut build, trigger, &options).await;
+        let synced = sync(&mut publisher, &mut build, trigger, &options).await;
         let backoff = publisher.config().backoff;
-        let retry = (!ok).then(|| Instant::now() + backoff.jittered(backoff.max));
+        let retry = match synced {
+            Synced::Ok => None,
+            Synced::Again => Some(Instant::now()),
+            Synced::Failed => Some(Instant::now() + backoff.jittered(backoff.max)),
+        };
+        let again = matches!(synced, Synced::Again);
         // Waits for the next trigger; a source that closes is dropped and
         // the wait goes on without it.
         trigger = loop {
@@ -182,7 +202,7 @@ where
                     }
                     None => nudges = None,
                 },
-                () = until(retry) => break Trigger::Retry,
+                () = until(retry) => break if again { Trigger::Refused } else { Trigger::Retry },
                 _ = ticks.tick() => break Trigger::Periodic,
             }
         };

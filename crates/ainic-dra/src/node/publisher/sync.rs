@@ -8,10 +8,12 @@
 //! stored it for the same desired slices needs no write.
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use tracing::{debug, info, warn};
 
+use super::backoff;
+use super::dropped::{self, ReadBack};
 use super::metrics::WriteOp;
 use super::plan::{self, Plan, Write};
 use super::{PublishError, PublishOutcome, SlicePublisher};
@@ -87,6 +89,79 @@ impl SlicePublisher {
         self.last = Some(LastPublished { asked, stored });
     }
 
+    /// Takes note of what the server did with the gated fields it was
+    /// sent; a field dropped for the first time is logged, counted and its
+    /// gate refused. Returns whether any was.
+    fn learn(&mut self, backs: &[ReadBack]) -> bool {
+        let mut refused = false;
+        for back in backs {
+            self.fields.kept.extend(&back.kept);
+            for &field in &back.dropped {
+                if !self.fields.dropped.insert(field) {
+                    continue;
+                }
+                let gate = field.gate();
+                warn!(
+                    field = field.path(),
+                    gate = gate.name(),
+                    "the API server drops {field} from resource slices (feature gate {gate} is off there); publishing without {gate} from now on"
+                );
+                self.metrics.count_dropped(field.path(), gate.name());
+                self.fields.refused.add(gate);
+                refused = true;
+            }
+        }
+        refused
+    }
+
+    /// Dry-run creates each desired slice carrying a gated field the
+    /// server has not yet been seen to keep or drop, and learns from what
+    /// it would store. Returns whether a gate was refused (nothing is
+    /// written then: the caller builds again without it).
+    async fn probe(&mut self, desired: &[ResourceSlice]) -> Result<bool, PublishError> {
+        let params = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let mut backs = Vec::new();
+        for slice in desired {
+            if self.fields.no_probes {
+                break;
+            }
+            let known = |f: &dropped::GatedField| {
+                self.fields.kept.contains(f) || self.fields.dropped.contains(f)
+            };
+            if dropped::carried(slice).iter().all(known) {
+                continue;
+            }
+            let mut probe = slice.clone();
+            probe.metadata = ObjectMeta {
+                generate_name: Some(format!(
+                    "{}-{}-probe-",
+                    self.config.node_name, self.config.driver_name
+                )),
+                ..ObjectMeta::default()
+            };
+            let stored = match self.slices.create(&params, &probe).await {
+                Ok(stored) => stored,
+                // Invalid content fails the real write the same way.
+                Err(kube::Error::Api(status)) if status.code == 422 => {
+                    return Err(self.api_error("dry-run create")(kube::Error::Api(status)));
+                }
+                Err(error) if backoff::is_retryable(&error) => {
+                    return Err(self.api_error("dry-run create")(error));
+                }
+                Err(error) => {
+                    warn!(%error, "dry-run creates of resource slices fail; publishing without them (what the server drops is found in what it stores)");
+                    self.fields.no_probes = true;
+                    break;
+                }
+            };
+            backs.push(dropped::read_back(&probe, &stored));
+        }
+        Ok(self.learn(&backs))
+    }
+
     /// One list-compare-write pass.
     pub(super) async fn sync_once(
         &mut self,
@@ -100,6 +175,7 @@ impl SlicePublisher {
             updated: 0,
             deleted: 0,
             attempts: 0,
+            refused: false,
         };
         // Compare without the node uid first: no read of the Node when nothing changed.
         let probe = self.owner(String::new());
@@ -116,6 +192,12 @@ impl SlicePublisher {
             debug!("resource slices as the API server stored them last time; nothing to write");
             return Ok(unchanged(plan::max_generation(&existing)));
         }
+        if self.probe(desired).await? {
+            return Ok(PublishOutcome {
+                refused: true,
+                ..unchanged(plan::max_generation(&existing))
+            });
+        }
         let owner = self.owner(self.node_uid().await?);
         let Plan::Publish { generation, writes } = plan::plan(&existing, desired, &owner) else {
             return Ok(unchanged(plan::max_generation(&existing)));
@@ -126,9 +208,14 @@ impl SlicePublisher {
             ..unchanged(generation)
         };
         let mut stored = Vec::with_capacity(desired.len());
+        let mut backs = Vec::with_capacity(desired.len());
         for write in writes {
-            stored.extend(self.apply(write, &mut outcome).await?);
+            if let Some((object, back)) = self.apply(write, &mut outcome).await? {
+                stored.push(object);
+                backs.push(back);
+            }
         }
+        outcome.refused = self.learn(&backs);
         let (created, updated, deleted) = (outcome.created, outcome.updated, outcome.deleted);
         info!(
             generation,
@@ -138,12 +225,13 @@ impl SlicePublisher {
         Ok(outcome)
     }
 
-    /// Performs one write; returns the object the server stored, if any.
+    /// Performs one write; returns the object the server stored, if any,
+    /// with what it did to the gated fields sent.
     async fn apply(
         &self,
         write: Write,
         outcome: &mut PublishOutcome,
-    ) -> Result<Option<ResourceSlice>, PublishError> {
+    ) -> Result<Option<(ResourceSlice, ReadBack)>, PublishError> {
         let params = PostParams::default();
         match write {
             Write::Create(mut slice) => {
@@ -162,7 +250,8 @@ impl SlicePublisher {
                 );
                 self.metrics.count_write(WriteOp::Create);
                 outcome.created += 1;
-                Ok(Some(created))
+                let back = dropped::read_back(&slice, &created);
+                Ok(Some((created, back)))
             }
             Write::Update(slice) => {
                 let name = slice.metadata.name.clone().unwrap_or_default();
@@ -171,7 +260,8 @@ impl SlicePublisher {
                 debug!(slice = %name, "updated resource slice");
                 self.metrics.count_write(WriteOp::Update);
                 outcome.updated += 1;
-                Ok(Some(updated))
+                let back = dropped::read_back(&slice, &updated);
+                Ok(Some((updated, back)))
             }
             Write::Delete(slice) => {
                 let name = slice.metadata.name.clone().unwrap_or_default();
