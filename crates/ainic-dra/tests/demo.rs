@@ -108,18 +108,30 @@ fn demo_runs_every_use_case_and_leaves_the_evidence() {
     // job-2 was never allocated: it is not stored.
     assert!(!claims.iter().any(|c| c["metadata"]["name"] == "job-2"));
 
-    // The CDI specs the agents wrote, one per prepared claim, and none left.
+    // The CDI specs the agents wrote, one per prepared claim and one per
+    // request's device metadata, and none left.
     let prepared = keep.join("cdi-prepared/node-a");
     let specs: Vec<_> = std::fs::read_dir(&prepared)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(specs.len(), 7);
+    assert_eq!(specs.len(), 14);
+    let mut kinds = std::collections::BTreeMap::new();
     for spec in &specs {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(spec).unwrap()).unwrap();
-        assert_eq!(v["kind"], "amd.com/ainic");
+        *kinds
+            .entry(v["kind"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
         assert!(v["cdiVersion"].as_str().unwrap().starts_with("0."));
     }
+    assert_eq!(
+        kinds,
+        [
+            ("ainic.amd.com/metadata".to_string(), 7),
+            ("amd.com/ainic".to_string(), 7)
+        ]
+        .into()
+    );
     for node in ["node-a", "node-b", "node-c"] {
         let left = std::fs::read_dir(keep.join(node).join("cdi"))
             .map(|d| d.count())

@@ -33,9 +33,14 @@ async fn crash_during_prepare(point: &str) {
 
     let _agent = world.start_agent(None);
     let kubelet = world.register().await;
-    // Reconciliation ran before the sockets opened: at most the finished claim's spec is there.
+    // Reconciliation ran before the sockets opened: at most the finished
+    // claim's spec and metadata are there (an unfinished one's metadata,
+    // written first, is an orphan and goes).
     let expected_after_restart: Vec<String> = if point == "prepare-after-checkpoint" {
-        vec![format!("ainic.amd.com-{}.json", claim.uid)]
+        vec![
+            format!("ainic.amd.com-{}.json", claim.uid),
+            format!("ainic.amd.com_metadata_{}_nic.json", claim.uid),
+        ]
     } else {
         vec![]
     };
@@ -50,7 +55,7 @@ async fn crash_during_prepare(point: &str) {
         .unwrap();
     assert_eq!(retry.claims[&claim.uid].error, "", "{point}");
     assert_eq!(retry.claims[&claim.uid].devices[0].device_name, PF0);
-    assert_eq!(world.cdi_files().len(), 1);
+    assert_eq!(world.claim_specs().len(), 1);
     kubelet
         .unprepare_v1(std::slice::from_ref(&claim))
         .await
@@ -173,7 +178,7 @@ async fn sigkill_in_the_middle_of_a_burst_then_retry_all() {
     let kubelet = world.register().await;
     let retry = kubelet.prepare_v1(&claims).await.unwrap();
     assert!(retry.claims.values().all(|r| r.error.is_empty()));
-    assert_eq!(world.cdi_files().len(), claims.len());
+    assert_eq!(world.claim_specs().len(), claims.len());
     let undone = kubelet.unprepare_v1(&claims).await.unwrap();
     assert!(undone.claims.values().all(|r| r.error.is_empty()));
     assert!(world.cdi_files().is_empty());

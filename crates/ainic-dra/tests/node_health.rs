@@ -118,7 +118,7 @@ async fn sigterm_removes_the_sockets_and_keeps_prepared_claims() {
     assert!(!dirs.registry.join("ainic.amd.com-reg.sock").exists());
     assert!(!dirs.plugin.join("dra.sock").exists());
     assert_eq!(
-        world.cdi_files().len(),
+        world.claim_specs().len(),
         1,
         "a restart of the agent is not an unprepare"
     );

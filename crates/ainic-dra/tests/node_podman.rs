@@ -1,7 +1,7 @@
 //! A real container runtime consumes CDI specs written by the agent: the
 //! container sees the NIC's device nodes and the RDMA environment, and
 //! exactly what it was given when it uses one request of a claim or
-//! several claims.
+//! several claims, and reads its request's device metadata (KEP-5304).
 //!
 //! Needs root and podman with runc (`apt-get install podman runc
 //! busybox-static`, done by `.ci/run`). Without them this test FAILS: it
@@ -16,20 +16,25 @@ use serde_json::json;
 
 use testkit::kubelet::ClaimRef;
 
-use node_support::{DRIVER, Installed, NODE, World, nic_config, podman_run};
+use node_support::{DRIVER, Installed, NODE, World, nic_config, podman_run, podman_sh};
 
 /// `env; ls -l /dev/infiniband` in a container given the CDI devices `ids`.
 fn run_with_devices(world: &World, ids: &[String]) -> String {
     podman_run(world, ids, &[])
 }
 
-/// Copies the spec of `claim` where podman reads specs, until dropped.
-fn install_spec(world: &World, claim: &ClaimRef) -> Installed {
-    let file = format!("ainic.amd.com-{}.json", claim.uid);
+/// Copies the specs of `claim` (its devices' and its metadata's) where
+/// podman reads specs, until dropped.
+fn install_spec(world: &World, claim: &ClaimRef) -> Vec<Installed> {
     std::fs::create_dir_all("/var/run/cdi").unwrap();
-    let installed = Installed(Path::new("/var/run/cdi").join(&file));
-    std::fs::copy(world.dirs().cdi.join(&file), &installed.0).unwrap();
-    installed
+    let files = world.cdi_files();
+    let mine = files.iter().filter(|f| f.contains(&claim.uid));
+    mine.map(|file| {
+        let installed = Installed(Path::new("/var/run/cdi").join(file));
+        std::fs::copy(world.dirs().cdi.join(file), &installed.0).unwrap();
+        installed
+    })
+    .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,4 +181,109 @@ async fn a_container_sees_what_it_was_given_by_request_and_across_claims() {
 
     kubelet.unprepare_v1(&claims).await.unwrap();
     assert!(world.cdi_files().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_reads_its_requests_device_metadata_read_only() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let _agent = world.start_agent(None);
+    let kubelet = world.register().await;
+    // A claim made from a pod's template names the pod's claim.
+    let claim: k8s_openapi::api::resource::v1::ResourceClaim = serde_json::from_value(json!({
+        "metadata": {
+            "namespace": "default",
+            "name": "train-0-nic-x7k2p",
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "nic"},
+        },
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "rail", "driver": DRIVER, "pool": NODE, "device": "pf-0000-04-00-0"},
+        ]}}},
+    }))
+    .unwrap();
+    let claim = world.seed(claim);
+    // The publisher has to have built the attributes the file carries.
+    let mut tries = 0;
+    let answer = loop {
+        tries += 1;
+        assert!(
+            tries < 50,
+            "the metadata never carried the published attributes"
+        );
+        let answer = kubelet
+            .prepare_v1(std::slice::from_ref(&claim))
+            .await
+            .unwrap();
+        let text = std::fs::read_to_string(
+            world
+                .dirs()
+                .plugin
+                .join("dra-device-metadata/default_train-0-nic-x7k2p/rail/metadata.json"),
+        )
+        .unwrap();
+        if text.contains("pciBusID") {
+            break answer;
+        }
+        kubelet
+            .unprepare_v1(std::slice::from_ref(&claim))
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let ids = answer.claims[&claim.uid].devices[0].cdi_device_ids.clone();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let _specs = install_spec(&world, &claim);
+    let path = "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/nic/rail/ainic.amd.com-metadata.json";
+    let out = podman_sh(
+        &world,
+        &ids,
+        &[],
+        &format!("cat {path}; echo x >> {path} 2>/dev/null && echo WRITABLE || echo READ-ONLY"),
+    );
+    assert!(out.trim_end().ends_with("READ-ONLY"), "{out}");
+    let objects: Vec<serde_json::Value> =
+        serde_json::Deserializer::from_str(out.trim_end().trim_end_matches("READ-ONLY"))
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| panic!("{e}: {out}"));
+    let versions: Vec<&str> = objects
+        .iter()
+        .map(|o| o["apiVersion"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        versions,
+        [
+            "metadata.resource.k8s.io/v1beta1",
+            "metadata.resource.k8s.io/v1alpha1"
+        ]
+    );
+    let newest = &objects[0];
+    assert_eq!(newest["kind"], "DeviceMetadata");
+    assert_eq!(newest["metadata"]["uid"], claim.uid.as_str());
+    assert_eq!(newest["podClaimName"], "nic");
+    let device = &newest["requests"][0]["devices"][0];
+    assert_eq!(newest["requests"][0]["name"], "rail");
+    assert_eq!(
+        (device["driver"].as_str(), device["pool"].as_str()),
+        (Some(DRIVER), Some(NODE))
+    );
+    assert_eq!(device["name"], "pf-0000-04-00-0");
+    assert_eq!(
+        device["attributes"]["resource.kubernetes.io/pciBusID"]["string"],
+        "0000:04:00.0"
+    );
+    assert_eq!(device["networkData"]["interfaceName"], "enp4s0");
+
+    kubelet
+        .unprepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(world.cdi_files().is_empty(), "{:?}", world.cdi_files());
+    assert!(
+        !world
+            .dirs()
+            .plugin
+            .join("dra-device-metadata/default_train-0-nic-x7k2p")
+            .exists()
+    );
 }

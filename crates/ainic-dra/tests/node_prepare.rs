@@ -72,7 +72,10 @@ async fn exclusive_claim_round_trip_over_v1() {
     assert_eq!(device.request_names, ["nic"]);
     assert_eq!(
         device.cdi_device_ids,
-        [format!("amd.com/ainic={}-{PF0}", claim.uid)]
+        [
+            format!("amd.com/ainic={}-{PF0}", claim.uid),
+            format!("ainic.amd.com/metadata={}_nic", claim.uid)
+        ]
     );
     assert_eq!(device.share_id, None);
 
@@ -168,7 +171,7 @@ async fn shared_claim_is_prepared_once_for_two_pods() {
         .filter(|r| r.resource == "resourceclaims" && r.subresource.is_none())
         .count();
     assert_eq!(gets, 1, "the second pod is answered from the checkpoint");
-    assert_eq!(world.cdi_files().len(), 1);
+    assert_eq!(world.claim_specs().len(), 1);
     // The kubelet unprepares once, after the last pod is gone; the claim may be deleted by then.
     kubelet
         .unprepare_v1(std::slice::from_ref(&claim))
@@ -250,7 +253,11 @@ async fn bad_claims_get_their_own_error_and_do_not_fail_the_batch() {
     );
     assert_eq!(
         world.cdi_files(),
-        [format!("ainic.amd.com-{}.json", good.uid)]
+        [
+            format!("ainic.amd.com-{}.json", good.uid),
+            format!("ainic.amd.com_metadata_{}_nic.json", good.uid)
+        ],
+        "only the good claim's spec and metadata"
     );
 
     let answer = kubelet.prepare_v1(&[stale.clone()]).await.unwrap();

@@ -84,6 +84,12 @@ pub struct NodeArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub orphan_sweep_interval: u64,
 
+    /// Mount each prepared request's device metadata (KEP-5304: attributes
+    /// and network data, `metadata.json`) read-only into the containers
+    /// using it, at /var/run/kubernetes.io/dra-device-attributes/….
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub device_metadata: bool,
+
     /// Flags that shape the published devices.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -130,6 +136,7 @@ impl NodeArgs {
             refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
             sweep_every: (self.orphan_sweep_interval > 0)
                 .then(|| Duration::from_secs(self.orphan_sweep_interval)),
+            device_metadata: self.device_metadata,
         }
     }
 }

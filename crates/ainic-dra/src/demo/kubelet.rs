@@ -73,6 +73,8 @@ pub struct ContainerEdits {
     pub device_nodes: Vec<String>,
     /// `NAME=value`.
     pub env: Vec<String>,
+    /// `host path -> container path (options)` of each mount.
+    pub mounts: Vec<String>,
 }
 
 /// Reads the CDI spec files in `cdi_dir` and collects the edits for
@@ -120,6 +122,23 @@ fn add(edits: &mut ContainerEdits, container_edits: &Value) {
     for env in container_edits["env"].as_array().into_iter().flatten() {
         edits.env.push(env.as_str().unwrap_or_default().to_string());
     }
+    for mount in container_edits["mounts"].as_array().into_iter().flatten() {
+        let options: Vec<&str> = (mount["options"].as_array().into_iter().flatten())
+            .filter_map(Value::as_str)
+            .collect();
+        edits.mounts.push(format!(
+            "{} ({})",
+            mount["containerPath"].as_str().unwrap_or_default(),
+            options.join(",")
+        ));
+    }
+}
+
+/// Names of the claim specs in a CDI dir (`ainic.amd.com-<uid>.json`).
+pub fn claim_specs(cdi_dir: &Path) -> Vec<String> {
+    let mut names = spec_files(cdi_dir);
+    names.retain(|n| n.starts_with("ainic.amd.com-"));
+    names
 }
 
 /// Names of the files in a CDI dir (empty when it does not exist).

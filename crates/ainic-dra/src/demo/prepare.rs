@@ -40,7 +40,7 @@ pub async fn prepare_all(
             continue;
         }
         let prepared = kubelet::prepare(plugin, &claims).await?;
-        let specs = kubelet::spec_files(&dirs.cdi);
+        let specs = kubelet::claim_specs(&dirs.cdi);
         if specs.len() != claims.len() {
             bail!(
                 "{node}: {} claims prepared but {} CDI specs written",
@@ -48,10 +48,12 @@ pub async fn prepare_all(
                 specs.len()
             );
         }
+        let metadata = kubelet::spec_files(&dirs.cdi).len() - specs.len();
         story.ok(&format!(
-            "{node}: {} prepared, one CDI spec each in {}",
+            "{node}: {} prepared, one CDI spec each in {} (and {} mounting device metadata)",
             count(claims.len(), "claim"),
-            dirs.cdi.display()
+            dirs.cdi.display(),
+            count(metadata, "spec"),
         ));
         snapshot(&world.base, node, &dirs.cdi)?;
         for claim in claims.iter().filter(|c| SHOWN.contains(&c.name.as_str())) {
@@ -89,6 +91,7 @@ fn show_container(
             .map(|n| format!("device node: {n}")),
     );
     lines.extend(edits.env.iter().map(|e| format!("env: {e}")));
+    lines.extend(edits.mounts.iter().map(|m| format!("mount: {m}")));
     story.note(&lines.join("\n"));
     Ok(())
 }

@@ -239,6 +239,7 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     .with_metrics(publisher_metrics);
     let refused = publisher.refused_gates();
     let inventory = started.inventory.clone();
+    let attributes = started.attributes.clone();
     let mut options = RunOptions::new(config.resync_every);
     options.follow = Some(started.inventory.clone());
     options.nudges = Some(nudges);
@@ -271,7 +272,16 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
                 current = Arc::new(dra_model::classic::dra_share(split, &current));
             }
             let model = for_server(models.borrow().clone(), release, &refused.get());
-            Ok(crate::cli::slices::build_checked(&current, &model)?.slices)
+            let slices = crate::cli::slices::build_checked(&current, &model)?.slices;
+            let published = crate::node::metadata::attributes_of(&slices);
+            attributes.send_if_modified(|old| {
+                let changed = old.as_deref() != Some(&published);
+                if changed {
+                    *old = Some(Arc::new(published));
+                }
+                changed
+            });
+            Ok(slices)
         };
         let stop = async move {
             let _ = stopped.wait_for(|s| *s).await;

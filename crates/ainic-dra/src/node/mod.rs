@@ -21,6 +21,7 @@ pub mod fixtures;
 pub mod follow;
 pub mod health;
 pub mod http;
+pub mod metadata;
 pub mod plugin;
 pub mod publisher;
 pub mod server_version;
@@ -71,12 +72,17 @@ pub struct NodeConfig {
     pub refresh_every: Duration,
     /// Time between orphan sweeps ([`plugin::sweep`]); `None` for none.
     pub sweep_every: Option<Duration>,
+    /// Write device metadata for containers ([`metadata`]).
+    pub device_metadata: bool,
 }
 
 /// What the other tasks of the agent follow once the plugin is up.
 pub struct Started {
     /// The shared inventory, refreshed every interval.
     pub inventory: watch::Receiver<Arc<Inventory>>,
+    /// Where the publisher tells the plugin the attributes of the devices
+    /// it published (device metadata takes them from there).
+    pub attributes: watch::Sender<Option<Arc<metadata::DeviceAttributes>>>,
     /// The registration and DRA sockets, to remove on shutdown so the
     /// kubelet sees the plugin go.
     pub sockets: Vec<PathBuf>,
@@ -109,7 +115,18 @@ pub async fn start(
 
     let store = Arc::new(CheckpointStore::open(&config.state_dir)?);
     let cdi = CdiDir::open(&config.cdi_dir)?;
-    let reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
+    let mut reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
+    let (attributes_tx, attributes) = watch::channel(None);
+    let metadata = config.device_metadata.then(|| {
+        let files =
+            metadata::MetadataFiles::new(&config.scope.driver, &config.plugin_dir, cdi.clone());
+        plugin::MetadataParts { files, attributes }
+    });
+    if let Some(parts) = &metadata {
+        reconciled
+            .removed
+            .extend(parts.files.remove_orphans(&store.snapshot())?);
+    }
 
     let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(plugin::status::run(
@@ -127,6 +144,7 @@ pub async fn start(
         dev: config.dev.clone(),
         metrics: metrics.clone(),
         status: Some(status_tx),
+        metadata,
     }));
 
     let refreshed = driver.refresh_all().await;
@@ -219,6 +237,7 @@ pub async fn start(
 
     Ok(Started {
         inventory: inventory_rx,
+        attributes: attributes_tx,
         sockets: vec![reg_socket, config.plugin_dir.join(DRA_SOCKET)],
     })
 }

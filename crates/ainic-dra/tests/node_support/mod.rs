@@ -170,9 +170,17 @@ impl World {
         )
     }
 
-    /// Names of the files in the CDI dir.
+    /// Names of the files in the CDI dir (claim specs and device-metadata
+    /// specs).
     pub fn cdi_files(&self) -> Vec<String> {
         list(&self.dirs().cdi)
+    }
+
+    /// Names of the claim specs in the CDI dir (`ainic.amd.com-<uid>.json`).
+    pub fn claim_specs(&self) -> Vec<String> {
+        let mut specs = self.cdi_files();
+        specs.retain(|f| f.starts_with("ainic.amd.com-"));
+        specs
     }
 
     /// Claim UIDs in the checkpoint file (empty when there is none).
@@ -272,6 +280,12 @@ impl Drop for Installed {
 /// network, busybox root) given the CDI devices `ids` and `env`, as the
 /// kubelet hands them to the runtime; its output. Fails without podman.
 pub fn podman_run(world: &World, ids: &[String], env: &[(String, String)]) -> String {
+    podman_sh(world, ids, env, "env; ls -l /dev/infiniband")
+}
+
+/// Runs `script` with `sh -c` in a podman container given the CDI devices
+/// `ids` and `env` (see [`podman_run`]); its output.
+pub fn podman_sh(world: &World, ids: &[String], env: &[(String, String)], script: &str) -> String {
     let root = rootfs(world.tmp.path());
     let mut podman = Command::new("podman");
     podman
@@ -291,7 +305,7 @@ pub fn podman_run(world: &World, ids: &[String], env: &[(String, String)]) -> St
     let output = podman
         .arg("--rootfs")
         .arg(&root)
-        .args(["/bin/sh", "-c", "env; ls -l /dev/infiniband"])
+        .args(["/bin/sh", "-c", script])
         .output()
         .expect("podman is required (apt-get install podman runc busybox-static)");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();

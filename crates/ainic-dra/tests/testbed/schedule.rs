@@ -438,8 +438,19 @@ async fn prepare_and_unprepare(
                 let text = std::fs::read_to_string(&spec).unwrap();
                 for device in &result.devices {
                     for id in &device.cdi_device_ids {
-                        let name = id.strip_prefix("amd.com/ainic=").unwrap();
-                        assert!(text.contains(name), "{} lacks {name}", spec.display());
+                        // The device's own ID, or the mount of its request's metadata.
+                        let (dir, name) = match id.strip_prefix("amd.com/ainic=") {
+                            Some(name) => (text.clone(), name.to_string()),
+                            None => {
+                                let name = id.strip_prefix("ainic.amd.com/metadata=").unwrap();
+                                let file = agent
+                                    .dirs
+                                    .cdi
+                                    .join(format!("ainic.amd.com_metadata_{name}.json"));
+                                (std::fs::read_to_string(&file).unwrap(), name.to_string())
+                            }
+                        };
+                        assert!(dir.contains(&name), "no CDI spec names {id}");
                     }
                 }
                 device_status(&api, &r.name, ours).await;

@@ -106,9 +106,8 @@ impl CdiDir {
         Ok(())
     }
 
-    /// Names of this driver's files: specs (`ainic.amd.com-<uid>.json`) and
-    /// leftover temp files of specs.
-    pub fn owned_files(&self) -> Result<Vec<String>, CdiDirError> {
+    /// Names of every file in the directory, sorted.
+    pub fn file_names(&self) -> Result<Vec<String>, CdiDirError> {
         let entries = fs::read_dir(&self.path).map_err(|source| CdiDirError {
             action: "list directory of",
             path: self.path.clone(),
@@ -116,6 +115,17 @@ impl CdiDir {
         })?;
         let mut names: Vec<String> = entries
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Names of this driver's claim files: specs (`ainic.amd.com-<uid>.json`)
+    /// and leftover temp files of specs.
+    pub fn owned_files(&self) -> Result<Vec<String>, CdiDirError> {
+        let mut names: Vec<String> = self
+            .file_names()?
+            .into_iter()
             .filter(|n| {
                 let spec = n
                     .strip_prefix('.')

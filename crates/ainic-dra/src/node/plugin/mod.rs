@@ -43,6 +43,9 @@ use crate::node::checkpoint::store::CheckpointStore;
 use crate::node::checkpoint::{PreparedClaim, PreparedDevice};
 use crate::node::faults::{self, Point};
 use crate::node::http::metrics::{Metrics, Operation};
+use crate::node::metadata::{
+    ClaimMeta, DeviceAttributes, MetaDevice, MetadataFiles, POD_CLAIM_NAME, RequestMeta,
+};
 use claims::SharedClaims;
 use resolve::Scope;
 
@@ -98,6 +101,33 @@ pub struct DriverParts {
     pub metrics: Arc<Metrics>,
     /// Where claim status jobs go ([`status::run`]); `None` writes none.
     pub status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusJob>>,
+    /// Device metadata for containers ([`metadata`]); `None` writes none.
+    pub metadata: Option<MetadataParts>,
+}
+
+/// What writing device metadata needs.
+pub struct MetadataParts {
+    /// Where the files and their CDI specs go.
+    pub files: MetadataFiles,
+    /// The attributes of the published devices; `None` until the
+    /// publisher first built its slices.
+    pub attributes: watch::Receiver<Option<Arc<DeviceAttributes>>>,
+}
+
+/// How long a prepare waits for the first published attributes before it
+/// writes metadata without them.
+const ATTRIBUTES_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Adds each request's metadata CDI ID to its first device.
+fn add_metadata_ids(devices: &mut [PreparedDevice], ids: &BTreeMap<String, String>) {
+    for (request, id) in ids {
+        let first = devices
+            .iter_mut()
+            .find(|d| (d.requests.iter()).any(|r| r.split('/').next() == Some(request.as_str())));
+        if let Some(device) = first {
+            device.cdi_ids.push(id.clone());
+        }
+    }
 }
 
 /// Prepares and unprepares claims; one per node agent, shared by every
@@ -226,9 +256,20 @@ impl Driver {
             return Ok(done.devices);
         }
         let started = Instant::now();
-        let (spec, devices, seen) = self.plan_claim(claim).await?;
+        let (spec, mut devices, seen, meta) = self.plan_claim(claim).await?;
         let planned = started.elapsed();
-        self.commit(claim, spec, &devices).await?;
+        let files = self.parts.metadata.as_ref().map(|m| &m.files);
+        if let (Some(files), Some((claim_meta, requests))) = (files, &meta) {
+            add_metadata_ids(&mut devices, &files.write(claim_meta, requests)?);
+        }
+        if let Err(error) = self.commit(claim, spec, &devices).await {
+            let written = files.filter(|_| meta.is_some());
+            let removed = written.map(|f| f.remove(&claim.namespace, &claim.name, &claim.uid));
+            if let Some(Err(cleanup)) = removed {
+                tracing::error!(error = %cleanup, "failed to remove device metadata after a failed prepare");
+            }
+            return Err(error);
+        }
         // The inventory changed while this claim was planned: the refresh
         // that followed did not see it yet, so check it now.
         if !Arc::ptr_eq(&seen, &self.parts.inventory.borrow()) {
@@ -247,12 +288,9 @@ impl Driver {
         Ok(devices)
     }
 
-    /// Reads the claim and builds its CDI spec and the kubelet's answer;
-    /// writes nothing.
-    async fn plan_claim(
-        &self,
-        claim: &ClaimRef,
-    ) -> anyhow::Result<(cdi::ClaimSpec, Vec<PreparedDevice>, Arc<Inventory>)> {
+    /// Reads the claim and builds its CDI spec, the kubelet's answer and
+    /// (when on) the claim's device metadata; writes nothing.
+    async fn plan_claim(&self, claim: &ClaimRef) -> anyhow::Result<Planned> {
         let object = self.parts.claims.get(&claim.namespace, &claim.name).await?;
         let inventory = self.parts.inventory.borrow().clone();
         let planned = resolve::plan(&object, &claim.uid, &self.parts.scope, &inventory)?;
@@ -276,8 +314,56 @@ impl Driver {
                 cdi_ids: vec![id.clone()],
                 identity: Some(respec::identity_of(&p.attached)),
             })
-            .collect();
-        Ok((spec, devices, inventory))
+            .collect::<Vec<_>>();
+        let meta = match &self.parts.metadata {
+            Some(parts) => {
+                let requests = self.request_metadata(parts, &devices, &inventory).await;
+                Some((claim_meta(claim, &object), requests))
+            }
+            None => None,
+        };
+        Ok((spec, devices, inventory, meta))
+    }
+
+    /// The devices of each request, with their published attributes and
+    /// network data.
+    async fn request_metadata(
+        &self,
+        parts: &MetadataParts,
+        devices: &[PreparedDevice],
+        inventory: &Inventory,
+    ) -> Vec<RequestMeta> {
+        let mut attributes = parts.attributes.clone();
+        let waited = tokio::time::timeout(ATTRIBUTES_WAIT, attributes.wait_for(Option::is_some));
+        let published = match waited.await {
+            Ok(Ok(published)) => published.clone().unwrap_or_default(),
+            _ => {
+                tracing::warn!("no published attributes yet: device metadata written without them");
+                Arc::default()
+            }
+        };
+        let mut requests: Vec<RequestMeta> = Vec::new();
+        for device in devices {
+            let mut net = status::netdev_of(device, inventory);
+            if let Some(ifname) = &net.interface_name {
+                net.ips = status::addresses(ifname).await;
+            }
+            let entry = MetaDevice {
+                pool: device.pool.clone(),
+                name: device.device.clone(),
+                attributes: published.get(&device.device).cloned().unwrap_or_default(),
+                network: net.interface_name.is_some().then(|| net.to_api()),
+            };
+            let name = device.requests.first().cloned().unwrap_or_default();
+            match requests.iter_mut().find(|r| r.request == name) {
+                Some(request) => request.devices.push(entry),
+                None => requests.push(RequestMeta {
+                    request: name,
+                    devices: vec![entry],
+                }),
+            }
+        }
+        requests
     }
 
     /// Writes the CDI spec, then records the claim in the checkpoint
@@ -399,6 +485,11 @@ impl Driver {
         };
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
+        if let Some(parts) = &self.parts.metadata {
+            parts
+                .files
+                .remove(&record.namespace, &record.name, &claim.uid)?;
+        }
         faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;
         faults::hit(Point::UnprepareAfterCheckpoint);
@@ -406,6 +497,29 @@ impl Driver {
             claim: claim.clone(),
         });
         Ok(())
+    }
+}
+
+/// What planning a claim gave: its CDI spec, the kubelet's answer, the
+/// inventory it was planned on and, when metadata is on, the metadata.
+type Planned = (
+    cdi::ClaimSpec,
+    Vec<PreparedDevice>,
+    Arc<Inventory>,
+    Option<(ClaimMeta, Vec<RequestMeta>)>,
+);
+
+/// The claim as its metadata names it.
+fn claim_meta(
+    claim: &ClaimRef,
+    object: &k8s_openapi::api::resource::v1::ResourceClaim,
+) -> ClaimMeta {
+    let annotations = object.metadata.annotations.as_ref();
+    ClaimMeta {
+        namespace: claim.namespace.clone(),
+        name: claim.name.clone(),
+        uid: claim.uid.clone(),
+        pod_claim_name: annotations.and_then(|a| a.get(POD_CLAIM_NAME)).cloned(),
     }
 }
 

@@ -137,6 +137,17 @@ pub struct NetworkData {
     pub ips: Vec<String>,
 }
 
+impl NetworkData {
+    /// As the API's `NetworkDeviceData`.
+    pub fn to_api(&self) -> k8s_openapi::api::resource::v1::NetworkDeviceData {
+        k8s_openapi::api::resource::v1::NetworkDeviceData {
+            interface_name: self.interface_name.clone(),
+            hardware_address: self.hardware_address.clone(),
+            ips: (!self.ips.is_empty()).then(|| self.ips.clone()),
+        }
+    }
+}
+
 /// The netdev name and MAC of `device` in today's inventory.
 pub fn netdev_of(device: &PreparedDevice, inventory: &Inventory) -> NetworkData {
     let nic = inventory

@@ -17,9 +17,11 @@ struct Harness {
     driver: Arc<Driver>,
     claims: Arc<FakeClaims>,
     inventory: watch::Sender<Arc<Inventory>>,
+    attributes: watch::Sender<Option<Arc<crate::node::metadata::DeviceAttributes>>>,
     _dir: tempfile::TempDir,
     cdi_dir: PathBuf,
     state_dir: PathBuf,
+    plugin_dir: PathBuf,
 }
 
 fn harness() -> Harness {
@@ -27,11 +29,25 @@ fn harness() -> Harness {
 }
 
 fn harness_with(status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusJob>>) -> Harness {
+    harness_of(status, false)
+}
+
+fn harness_of(
+    status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusJob>>,
+    with_metadata: bool,
+) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let cdi_dir = dir.path().join("cdi");
     let state_dir = dir.path().join("state");
+    let plugin_dir = dir.path().join("plugin");
     let claims = Arc::new(FakeClaims::default());
     let (inventory_tx, inventory) = watch::channel(Arc::new(fixtures::inventory()));
+    let (attributes_tx, attributes) = watch::channel(None);
+    let cdi = CdiDir::open(&cdi_dir).unwrap();
+    let metadata = with_metadata.then(|| MetadataParts {
+        files: MetadataFiles::new(D, &plugin_dir, cdi.clone()),
+        attributes,
+    });
     let driver = Arc::new(Driver::new(DriverParts {
         scope: Scope {
             driver: D.into(),
@@ -40,18 +56,21 @@ fn harness_with(status: Option<tokio::sync::mpsc::UnboundedSender<status::Status
         claims: claims.clone(),
         inventory,
         store: Arc::new(CheckpointStore::open(&state_dir).unwrap()),
-        cdi: CdiDir::open(&cdi_dir).unwrap(),
+        cdi,
         dev: cdi::DevRoots::mounted_at(&dir.path().join("dev")),
         metrics: Arc::new(Metrics::default()),
         status,
+        metadata,
     }));
     Harness {
         driver,
         claims,
         inventory: inventory_tx,
+        attributes: attributes_tx,
         _dir: dir,
         cdi_dir,
         state_dir,
+        plugin_dir,
     }
 }
 
@@ -590,4 +609,87 @@ async fn the_status_writer_applies_ready_entries_then_none() {
     assert_eq!(entry["networkData"]["interfaceName"], "eth0");
     assert_eq!(applied[1].0, "ns/b");
     assert_eq!(applied[1].1["status"]["devices"], json!([]));
+}
+
+#[tokio::test]
+async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
+    let h = harness_of(None, true);
+    let rail = k8s_openapi::api::resource::v1::DeviceAttribute {
+        int: Some(3),
+        ..Default::default()
+    };
+    let attrs = std::collections::BTreeMap::from([(
+        PF1.to_string(),
+        std::collections::BTreeMap::from([("ainic.amd.com/rail".to_string(), rail)]),
+    )]);
+    h.attributes.send_replace(Some(Arc::new(attrs)));
+    let mut two = claim(
+        "two",
+        "u1",
+        &[("a/fast", D, "node-a", PF0), ("b", D, "node-a", PF1)],
+        json!([]),
+    );
+    two.metadata.annotations = Some(
+        [(
+            crate::node::metadata::POD_CLAIM_NAME.to_string(),
+            "nics".to_string(),
+        )]
+        .into(),
+    );
+    h.claims.put(two);
+    let devices = h.driver.prepare(&[r("two", "u1")]).await["u1"]
+        .clone()
+        .unwrap();
+    // Each request's first device carries its mount, after the device's own.
+    assert_eq!(
+        devices[0].cdi_ids,
+        [
+            "amd.com/ainic=u1-pf-0000-0c-00-0",
+            "ainic.amd.com/metadata=u1_a"
+        ]
+    );
+    assert_eq!(devices[1].cdi_ids[1], "ainic.amd.com/metadata=u1_b");
+    let file = h
+        .plugin_dir
+        .join("dra-device-metadata/ns_two/b/metadata.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let first: serde_json::Value = serde_json::Deserializer::from_str(&text)
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first["podClaimName"], "nics");
+    let device = &first["requests"][0]["devices"][0];
+    assert_eq!(
+        (&first["requests"][0]["name"], &device["name"]),
+        (&json!("b"), &json!(PF1))
+    );
+    assert_eq!(device["attributes"]["ainic.amd.com/rail"]["int"], 3);
+    let sub = h
+        .plugin_dir
+        .join("dra-device-metadata/ns_two/a/metadata.json");
+    assert!(std::fs::read_to_string(sub).unwrap().contains("\"a/fast\""));
+    assert_eq!(
+        cdi_files(&h),
+        [
+            "ainic.amd.com-u1.json",
+            "ainic.amd.com_metadata_u1_a.json",
+            "ainic.amd.com_metadata_u1_b.json"
+        ]
+    );
+    // A repeated prepare answers the same from the checkpoint.
+    let again = h.driver.prepare(&[r("two", "u1")]).await["u1"]
+        .clone()
+        .unwrap();
+    assert_eq!(again, devices);
+
+    // A claim refused at the checkpoint leaves no metadata behind.
+    h.claims
+        .put(claim("late", "u2", &[("nic", D, "node-a", PF0)], json!([])));
+    assert!(h.driver.prepare(&[r("late", "u2")]).await["u2"].is_err());
+    assert!(!h.plugin_dir.join("dra-device-metadata/ns_late").exists());
+
+    assert!(h.driver.unprepare(&[r("two", "u1")]).await["u1"].is_ok());
+    assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
+    assert!(!h.plugin_dir.join("dra-device-metadata/ns_two").exists());
 }

@@ -1,0 +1,437 @@
+//! Device metadata (KEP-5304): per prepared claim and request, a
+//! `metadata.json` with the devices' attributes and network data, mounted
+//! read-only into the containers that use the request.
+//!
+//! Written here to the layout and schema of upstream's Go helper for
+//! drivers (`k8s.io/dynamic-resource-allocation/kubeletplugin`, v0.37),
+//! which a Rust driver cannot use:
+//! - on the host: `<plugin dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json`,
+//!   a JSON stream of one `DeviceMetadata` object per API version
+//!   (`metadata.resource.k8s.io/v1beta1`, then `v1alpha1` for 1.36's
+//!   readers), each pretty-printed and followed by a newline, with one
+//!   request and its devices;
+//! - a CDI spec `<cdi dir>/<driver>_metadata_<claimUID>_<request>.json` of
+//!   kind `<driver>/metadata` whose one device, `<claimUID>_<request>`,
+//!   bind-mounts the file read-only at
+//!   `/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/<driver>-metadata.json`
+//!   (`resourceclaimtemplates/<pod claim name>/…` for a claim made from a
+//!   template, which carries the `resource.kubernetes.io/pod-claim-name`
+//!   annotation); its CDI ID is added to the request's first device in the
+//!   kubelet's answer, so exactly the containers using the request get it.
+//!
+//! `<request>` is the request's own name: a result for subrequest `a/b`
+//! lands in `a`'s file, under the name `a/b`. Files are replaced
+//! atomically (temp file, fsync, rename) with mode 0644; unprepare removes
+//! the claim's directory and specs, and start-up removes those of claims
+//! the checkpoint does not hold.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use dra_model::cdi::{ContainerEdits, Device, Mount, Spec};
+use k8s_openapi::api::resource::v1::{DeviceAttribute, NetworkDeviceData};
+use serde_json::{Value, json};
+
+use crate::node::cdi::dir::CdiDir;
+use crate::node::checkpoint::Checkpoint;
+
+/// Where the files appear inside a container.
+pub const CONTAINER_ROOT: &str = "/var/run/kubernetes.io/dra-device-attributes";
+/// The annotation of a claim made from a pod's claim template: the pod's
+/// name for the claim.
+pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
+/// API versions written, newest first.
+pub const API_VERSIONS: [&str; 2] = [
+    "metadata.resource.k8s.io/v1beta1",
+    "metadata.resource.k8s.io/v1alpha1",
+];
+/// The directory under the plugin directory.
+const HOST_DIR: &str = "dra-device-metadata";
+
+/// The device attributes of the published pool, by device name.
+pub type DeviceAttributes = BTreeMap<String, BTreeMap<String, DeviceAttribute>>;
+
+/// The claim the metadata describes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimMeta {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// The pod's name for the claim, when it was made from a template.
+    pub pod_claim_name: Option<String>,
+}
+
+/// One device of a request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetaDevice {
+    /// Pool (the node).
+    pub pool: String,
+    /// Device name.
+    pub name: String,
+    /// Its attributes as published.
+    pub attributes: BTreeMap<String, DeviceAttribute>,
+    /// Its netdev, MAC and addresses.
+    pub network: Option<NetworkDeviceData>,
+}
+
+/// The devices allocated for one request (or one of its subrequests).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestMeta {
+    /// As in the allocation result: `a` or `a/b`.
+    pub request: String,
+    /// Its devices of this driver on this node.
+    pub devices: Vec<MetaDevice>,
+}
+
+impl RequestMeta {
+    /// The request's own name: the part before a `/`.
+    pub fn base(&self) -> &str {
+        self.request.split('/').next().unwrap_or_default()
+    }
+}
+
+/// Why metadata could not be written or removed.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to {action} device metadata {path}: {source}")]
+pub struct MetadataError {
+    action: &'static str,
+    path: PathBuf,
+    source: io::Error,
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> MetadataError {
+    let path = path.to_path_buf();
+    move |source| MetadataError {
+        action,
+        path,
+        source,
+    }
+}
+
+/// The attributes of every device of `slices`, by device name.
+pub fn attributes_of(slices: &[k8s_openapi::api::resource::v1::ResourceSlice]) -> DeviceAttributes {
+    (slices.iter())
+        .flat_map(|s| s.spec.devices.iter().flatten())
+        .map(|d| (d.name.clone(), d.attributes.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// The file's JSON stream for one request.
+pub fn document(driver: &str, claim: &ClaimMeta, request: &RequestMeta) -> String {
+    let devices: Vec<Value> = request
+        .devices
+        .iter()
+        .map(|d| {
+            let mut device = json!({"driver": driver, "pool": d.pool, "name": d.name});
+            if !d.attributes.is_empty() {
+                device["attributes"] = json!(d.attributes);
+            }
+            if let Some(network) = &d.network {
+                device["networkData"] = json!(network);
+            }
+            device
+        })
+        .collect();
+    let mut out = String::new();
+    for version in API_VERSIONS {
+        let mut object = json!({
+            "apiVersion": version,
+            "kind": "DeviceMetadata",
+            "metadata": {
+                "name": claim.name,
+                "namespace": claim.namespace,
+                "uid": claim.uid,
+                "generation": 1,
+            },
+            "requests": [{"name": request.request, "devices": devices}],
+        });
+        if let Some(pod_name) = &claim.pod_claim_name {
+            object["podClaimName"] = json!(pod_name);
+        }
+        out.push_str(&serde_json::to_string_pretty(&object).expect("JSON values serialise"));
+        out.push('\n');
+    }
+    out
+}
+
+/// Where the file of `request` appears in the container.
+pub fn container_path(driver: &str, claim: &ClaimMeta, request: &str) -> String {
+    match &claim.pod_claim_name {
+        Some(pod_name) => format!(
+            "{CONTAINER_ROOT}/resourceclaimtemplates/{pod_name}/{request}/{driver}-metadata.json"
+        ),
+        None => format!(
+            "{CONTAINER_ROOT}/resourceclaims/{}/{request}/{driver}-metadata.json",
+            claim.name
+        ),
+    }
+}
+
+/// The CDI spec file name of `request` of claim `uid`.
+pub fn spec_file(driver: &str, uid: &str, request: &str) -> String {
+    format!("{driver}_metadata_{uid}_{request}.json")
+}
+
+/// Where the metadata files of this driver live and their specs go.
+#[derive(Clone, Debug)]
+pub struct MetadataFiles {
+    driver: String,
+    root: PathBuf,
+    cdi: CdiDir,
+}
+
+impl MetadataFiles {
+    /// Files under `plugin_dir`, specs in `cdi`.
+    pub fn new(driver: &str, plugin_dir: &Path, cdi: CdiDir) -> Self {
+        Self {
+            driver: driver.to_string(),
+            root: plugin_dir.join(HOST_DIR),
+            cdi,
+        }
+    }
+
+    fn claim_dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.root.join(format!("{namespace}_{name}"))
+    }
+
+    /// Writes the file and the CDI spec of each request of `claim`; the
+    /// CDI ID of each request's mount, by request name (`a` for `a/b`).
+    pub fn write(
+        &self,
+        claim: &ClaimMeta,
+        requests: &[RequestMeta],
+    ) -> Result<BTreeMap<String, String>, MetadataError> {
+        let mut ids = BTreeMap::new();
+        for request in requests {
+            let base = request.base();
+            let dir = self.claim_dir(&claim.namespace, &claim.name).join(base);
+            fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
+            let file = dir.join("metadata.json");
+            let text = document(&self.driver, claim, request);
+            write_durably(&file, text.as_bytes())?;
+            let (name, content) = self.spec(claim, base, &file);
+            let spec_name = spec_file(&self.driver, &claim.uid, base);
+            (self.cdi.write_file(&spec_name, content.as_bytes()))
+                .map_err(|e| io_error("write", Path::new(&spec_name))(io::Error::other(e)))?;
+            ids.insert(base.to_string(), name);
+        }
+        Ok(ids)
+    }
+
+    /// The spec mounting `file` for `request`: its CDI ID and JSON text.
+    fn spec(&self, claim: &ClaimMeta, request: &str, file: &Path) -> (String, String) {
+        let spec = Spec {
+            kind: format!("{}/metadata", self.driver),
+            devices: vec![Device {
+                name: format!("{}_{request}", claim.uid),
+                container_edits: ContainerEdits {
+                    mounts: vec![Mount {
+                        host_path: file.display().to_string(),
+                        container_path: container_path(&self.driver, claim, request),
+                        options: vec!["ro".into(), "bind".into()],
+                        kind: None,
+                    }],
+                    ..ContainerEdits::default()
+                },
+                ..Device::default()
+            }],
+            ..Spec::default()
+        };
+        let id = spec.qualified(&spec.devices[0].name);
+        (id, spec.finish().expect("a mount-only spec is valid"))
+    }
+
+    /// Removes the files and specs of a claim; absent ones are fine.
+    pub fn remove(&self, namespace: &str, name: &str, uid: &str) -> Result<(), MetadataError> {
+        let dir = self.claim_dir(namespace, name);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("remove", &dir)(e)),
+        }
+        for spec in self.specs()?.into_iter().filter(|(u, _)| u == uid) {
+            (self.cdi.remove(&spec.1))
+                .map_err(|e| io_error("remove", Path::new(&spec.1))(io::Error::other(e)))?;
+        }
+        Ok(())
+    }
+
+    /// This driver's metadata specs in the CDI dir: (claim UID, file name).
+    fn specs(&self) -> Result<Vec<(String, String)>, MetadataError> {
+        let prefix = format!("{}_metadata_", self.driver);
+        let names = self
+            .cdi
+            .file_names()
+            .map_err(|e| io_error("list", Path::new("the CDI directory"))(io::Error::other(e)))?;
+        Ok(names
+            .into_iter()
+            .filter_map(|n| {
+                let rest = n.strip_prefix(&prefix)?.strip_suffix(".json")?;
+                // A UID has no '_'; a request name neither.
+                let (uid, _request) = rest.split_once('_')?;
+                Some((uid.to_string(), n.clone()))
+            })
+            .collect())
+    }
+
+    /// Removes the metadata of every claim `checkpoint` does not hold (left
+    /// by a prepare that did not finish); what was removed.
+    pub fn remove_orphans(&self, checkpoint: &Checkpoint) -> Result<Vec<String>, MetadataError> {
+        let mut removed = Vec::new();
+        for (uid, file) in self.specs()? {
+            if !checkpoint.claims.contains_key(&uid) {
+                (self.cdi.remove(&file))
+                    .map_err(|e| io_error("remove", Path::new(&file))(io::Error::other(e)))?;
+                removed.push(file);
+            }
+        }
+        let held: BTreeSet<String> = (checkpoint.claims.values())
+            .map(|c| format!("{}_{}", c.namespace, c.name))
+            .collect();
+        let entries = match fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
+            Err(e) => return Err(io_error("list", &self.root)(e)),
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !held.contains(&name) {
+                let path = entry.path();
+                fs::remove_dir_all(&path).map_err(io_error("remove", &path))?;
+                removed.push(path.display().to_string());
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Writes `bytes` to `path` atomically and durably (temp file in the same
+/// directory, fsync, rename), readable by all (0644).
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = path.with_extension("json.tmp");
+    let mut file = fs::File::create(&tmp).map_err(io_error("create", &tmp))?;
+    file.write_all(bytes).map_err(io_error("write", &tmp))?;
+    (file.set_permissions(fs::Permissions::from_mode(0o644))).map_err(io_error("chmod", &tmp))?;
+    file.sync_all().map_err(io_error("fsync", &tmp))?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(io_error("rename", path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(pod_claim_name: Option<&str>) -> ClaimMeta {
+        ClaimMeta {
+            namespace: "ns".into(),
+            name: "train-0-nic".into(),
+            uid: "0b1c2d3e-0000-4000-8000-000000000001".into(),
+            pod_claim_name: pod_claim_name.map(str::to_string),
+        }
+    }
+
+    fn request() -> RequestMeta {
+        RequestMeta {
+            request: "nics/rail".into(),
+            devices: vec![MetaDevice {
+                pool: "node-a".into(),
+                name: "pf-0000-04-00-0".into(),
+                attributes: BTreeMap::from([(
+                    "ainic.amd.com/rail".to_string(),
+                    DeviceAttribute {
+                        int: Some(0),
+                        ..DeviceAttribute::default()
+                    },
+                )]),
+                network: Some(NetworkDeviceData {
+                    interface_name: Some("enp4s0".into()),
+                    hardware_address: Some("02:00:00:00:00:04".into()),
+                    ips: Some(vec!["10.0.0.4/24".into()]),
+                }),
+            }],
+        }
+    }
+
+    #[test]
+    fn the_document_is_one_object_per_api_version_with_the_request_and_its_devices() {
+        let text = document("ainic.amd.com", &claim(Some("nic")), &request());
+        let objects: Vec<Value> = serde_json::Deserializer::from_str(&text)
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(objects.len(), 2);
+        assert!(text.ends_with("}\n"));
+        for (object, version) in objects.iter().zip(API_VERSIONS) {
+            assert_eq!(object["apiVersion"], version);
+            assert_eq!(object["kind"], "DeviceMetadata");
+            assert_eq!(object["metadata"]["uid"], claim(None).uid);
+            assert_eq!(object["metadata"]["generation"], 1);
+            assert_eq!(object["podClaimName"], "nic");
+            let requests = object["requests"].as_array().unwrap();
+            assert_eq!(requests.len(), 1);
+            assert_eq!(requests[0]["name"], "nics/rail");
+            let device = &requests[0]["devices"][0];
+            assert_eq!(device["driver"], "ainic.amd.com");
+            assert_eq!(device["attributes"]["ainic.amd.com/rail"]["int"], 0);
+            assert_eq!(device["networkData"]["interfaceName"], "enp4s0");
+            assert_eq!(device["networkData"]["ips"][0], "10.0.0.4/24");
+        }
+        let direct = document("ainic.amd.com", &claim(None), &request());
+        assert!(!direct.contains("podClaimName"));
+    }
+
+    #[test]
+    fn paths_follow_upstream_for_claims_and_template_claims() {
+        assert_eq!(request().base(), "nics");
+        assert_eq!(
+            container_path("ainic.amd.com", &claim(None), "nics"),
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/train-0-nic/nics/ainic.amd.com-metadata.json"
+        );
+        assert_eq!(
+            container_path("ainic.amd.com", &claim(Some("nic")), "nics"),
+            "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/nic/nics/ainic.amd.com-metadata.json"
+        );
+    }
+
+    #[test]
+    fn write_remove_and_orphans_leave_only_what_the_checkpoint_holds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cdi = CdiDir::open(&tmp.path().join("cdi")).unwrap();
+        let files = MetadataFiles::new("ainic.amd.com", &tmp.path().join("plugin"), cdi.clone());
+        let c = claim(None);
+        let ids = files.write(&c, &[request()]).unwrap();
+        assert_eq!(
+            ids["nics"],
+            format!("ainic.amd.com/metadata={}_nics", c.uid)
+        );
+        let host = tmp
+            .path()
+            .join("plugin/dra-device-metadata/ns_train-0-nic/nics/metadata.json");
+        let mode = fs::metadata(&host).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o644
+        );
+        let spec_name = spec_file("ainic.amd.com", &c.uid, "nics");
+        let spec: Value = serde_json::from_slice(&cdi.read(&spec_name).unwrap().unwrap()).unwrap();
+        let mount = &spec["devices"][0]["containerEdits"]["mounts"][0];
+        assert_eq!(mount["hostPath"], host.display().to_string());
+        assert_eq!(mount["options"], json!(["ro", "bind"]));
+
+        // A claim the checkpoint does not hold is an orphan.
+        let removed = files.remove_orphans(&Checkpoint::default()).unwrap();
+        assert_eq!(removed.len(), 2, "{removed:?}");
+        assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
+
+        files.write(&c, &[request()]).unwrap();
+        files.remove(&c.namespace, &c.name, &c.uid).unwrap();
+        assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
+        files.remove(&c.namespace, &c.name, &c.uid).unwrap();
+    }
+}
