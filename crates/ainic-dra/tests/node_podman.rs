@@ -214,12 +214,10 @@ async fn a_container_reads_its_requests_device_metadata_read_only() {
             .prepare_v1(std::slice::from_ref(&claim))
             .await
             .unwrap();
-        let text = std::fs::read_to_string(
-            world
-                .dirs()
-                .plugin
-                .join("dra-device-metadata/default_train-0-nic-x7k2p/rail/metadata.json"),
-        )
+        let text = std::fs::read_to_string(world.dirs().plugin.join(format!(
+            "dra-device-metadata/{}/rail/metadata.json",
+            claim.uid
+        )))
         .unwrap();
         if text.contains("pciBusID") {
             break answer;
@@ -283,7 +281,7 @@ async fn a_container_reads_its_requests_device_metadata_read_only() {
         !world
             .dirs()
             .plugin
-            .join("dra-device-metadata/default_train-0-nic-x7k2p")
+            .join(format!("dra-device-metadata/{}", claim.uid))
             .exists()
     );
 }

@@ -5,8 +5,10 @@
 //! Written here to the layout and schema of upstream's Go helper for
 //! drivers (`k8s.io/dynamic-resource-allocation/kubeletplugin`, v0.37),
 //! which a Rust driver cannot use:
-//! - on the host: `<plugin dir>/dra-device-metadata/<namespace>_<claim>/<request>/metadata.json`,
-//!   a JSON stream of one `DeviceMetadata` object per API version
+//! - on the host: `<plugin dir>/dra-device-metadata/<claimUID>/<request>/metadata.json`
+//!   (upstream keys the directory by namespace and name; the host path is
+//!   the driver's own, and by UID a claim recreated under the same name
+//!   never touches the files of the one before), a JSON stream of one `DeviceMetadata` object per API version
 //!   (`metadata.resource.k8s.io/v1beta1`, then `v1alpha1` for 1.36's
 //!   readers), each pretty-printed and followed by a newline, with one
 //!   request and its devices;
@@ -21,9 +23,11 @@
 //!
 //! `<request>` is the request's own name: a result for subrequest `a/b`
 //! lands in `a`'s file, under the name `a/b`. Files are replaced
-//! atomically (temp file, fsync, rename) with mode 0644; unprepare removes
-//! the claim's directory and specs, and start-up removes those of claims
-//! the checkpoint does not hold.
+//! atomically (temp file, fsync, rename, fsync of the directory) with mode
+//! 0644; unprepare removes the claim's directory and specs, and start-up
+//! removes those of claims the checkpoint does not hold. The specs are
+//! recorded in the checkpoint with the claim: the CDI directory is tmpfs,
+//! and a reboot must not leave recorded CDI IDs without their spec.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -104,6 +108,15 @@ pub struct MetadataError {
     source: io::Error,
 }
 
+/// What [`MetadataFiles::write`] wrote for the claim.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The CDI ID of each request's mount, by request name (`a` for `a/b`).
+    pub ids: BTreeMap<String, String>,
+    /// The CDI specs written (file name, content), to record.
+    pub specs: BTreeMap<String, String>,
+}
+
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> MetadataError {
     let path = path.to_path_buf();
     move |source| MetadataError {
@@ -150,7 +163,7 @@ pub fn document(driver: &str, claim: &ClaimMeta, request: &RequestMeta) -> Strin
             },
             "requests": [{"name": request.request, "devices": devices}],
         });
-        if let Some(pod_name) = &claim.pod_claim_name {
+        if let Some(pod_name) = claim.pod_claim_name.as_ref().filter(|n| !n.is_empty()) {
             object["podClaimName"] = json!(pod_name);
         }
         out.push_str(&serde_json::to_string_pretty(&object).expect("JSON values serialise"));
@@ -161,7 +174,7 @@ pub fn document(driver: &str, claim: &ClaimMeta, request: &RequestMeta) -> Strin
 
 /// Where the file of `request` appears in the container.
 pub fn container_path(driver: &str, claim: &ClaimMeta, request: &str) -> String {
-    match &claim.pod_claim_name {
+    match claim.pod_claim_name.as_ref().filter(|n| !n.is_empty()) {
         Some(pod_name) => format!(
             "{CONTAINER_ROOT}/resourceclaimtemplates/{pod_name}/{request}/{driver}-metadata.json"
         ),
@@ -195,36 +208,70 @@ impl MetadataFiles {
         }
     }
 
-    fn claim_dir(&self, namespace: &str, name: &str) -> PathBuf {
-        self.root.join(format!("{namespace}_{name}"))
+    fn claim_dir(&self, uid: &str) -> PathBuf {
+        self.root.join(uid)
     }
 
-    /// Writes the file and the CDI spec of each request of `claim`; the
-    /// CDI ID of each request's mount, by request name (`a` for `a/b`).
+    /// Writes the file and the CDI spec of each request of `claim`. A
+    /// failure removes what this call wrote.
     pub fn write(
         &self,
         claim: &ClaimMeta,
         requests: &[RequestMeta],
-    ) -> Result<BTreeMap<String, String>, MetadataError> {
-        let mut ids = BTreeMap::new();
+    ) -> Result<Written, MetadataError> {
+        let written = self.write_all(claim, requests);
+        if written.is_err() {
+            let _ = self.remove(&claim.uid);
+        }
+        written
+    }
+
+    fn write_all(
+        &self,
+        claim: &ClaimMeta,
+        requests: &[RequestMeta],
+    ) -> Result<Written, MetadataError> {
+        let mut written = Written::default();
         for request in requests {
             let base = request.base();
-            let dir = self.claim_dir(&claim.namespace, &claim.name).join(base);
+            let dir = self.claim_dir(&claim.uid).join(base);
             fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
             let file = dir.join("metadata.json");
             let text = document(&self.driver, claim, request);
             write_durably(&file, text.as_bytes())?;
-            let (name, content) = self.spec(claim, base, &file);
+            let (id, content) = self.spec(claim, base, &file)?;
             let spec_name = spec_file(&self.driver, &claim.uid, base);
-            (self.cdi.write_file(&spec_name, content.as_bytes()))
-                .map_err(|e| io_error("write", Path::new(&spec_name))(io::Error::other(e)))?;
-            ids.insert(base.to_string(), name);
+            self.write_spec(&spec_name, &content)?;
+            written.ids.insert(base.to_string(), id);
+            written.specs.insert(spec_name, content);
         }
-        Ok(ids)
+        Ok(written)
+    }
+
+    /// Writes a recorded spec again when it is missing or differs (after a
+    /// reboot emptied the CDI directory); whether it did.
+    pub fn restore(&self, file: &str, content: &str) -> Result<bool, MetadataError> {
+        let read = self.cdi.read(file);
+        let on_disk = read.map_err(|e| io_error("read", Path::new(file))(io::Error::other(e)))?;
+        if on_disk.as_deref() == Some(content.as_bytes()) {
+            return Ok(false);
+        }
+        self.write_spec(file, content)?;
+        Ok(true)
+    }
+
+    fn write_spec(&self, file: &str, content: &str) -> Result<(), MetadataError> {
+        (self.cdi.write_file(file, content.as_bytes()))
+            .map_err(|e| io_error("write", Path::new(file))(io::Error::other(e)))
     }
 
     /// The spec mounting `file` for `request`: its CDI ID and JSON text.
-    fn spec(&self, claim: &ClaimMeta, request: &str, file: &Path) -> (String, String) {
+    fn spec(
+        &self,
+        claim: &ClaimMeta,
+        request: &str,
+        file: &Path,
+    ) -> Result<(String, String), MetadataError> {
         let spec = Spec {
             kind: format!("{}/metadata", self.driver),
             devices: vec![Device {
@@ -243,17 +290,15 @@ impl MetadataFiles {
             ..Spec::default()
         };
         let id = spec.qualified(&spec.devices[0].name);
-        (id, spec.finish().expect("a mount-only spec is valid"))
+        let text = spec.finish().map_err(|e| {
+            io_error("build the CDI spec of", file)(io::Error::other(e.to_string()))
+        })?;
+        Ok((id, text))
     }
 
-    /// Removes the files and specs of a claim; absent ones are fine.
-    pub fn remove(&self, namespace: &str, name: &str, uid: &str) -> Result<(), MetadataError> {
-        let dir = self.claim_dir(namespace, name);
-        match fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error("remove", &dir)(e)),
-        }
+    /// Removes the files and specs of claim `uid`; absent ones are fine.
+    pub fn remove(&self, uid: &str) -> Result<(), MetadataError> {
+        remove_path(&self.claim_dir(uid))?;
         for spec in self.specs()?.into_iter().filter(|(u, _)| u == uid) {
             (self.cdi.remove(&spec.1))
                 .map_err(|e| io_error("remove", Path::new(&spec.1))(io::Error::other(e)))?;
@@ -261,7 +306,8 @@ impl MetadataFiles {
         Ok(())
     }
 
-    /// This driver's metadata specs in the CDI dir: (claim UID, file name).
+    /// This driver's metadata specs in the CDI dir, and leftover temp files
+    /// of them: (claim UID, file name).
     fn specs(&self) -> Result<Vec<(String, String)>, MetadataError> {
         let prefix = format!("{}_metadata_", self.driver);
         let names = self
@@ -271,7 +317,11 @@ impl MetadataFiles {
         Ok(names
             .into_iter()
             .filter_map(|n| {
-                let rest = n.strip_prefix(&prefix)?.strip_suffix(".json")?;
+                let spec = (n.strip_prefix('.')).and_then(|t| t.strip_suffix(".tmp"));
+                let rest = spec
+                    .unwrap_or(&n)
+                    .strip_prefix(&prefix)?
+                    .strip_suffix(".json")?;
                 // A UID has no '_'; a request name neither.
                 let (uid, _request) = rest.split_once('_')?;
                 Some((uid.to_string(), n.clone()))
@@ -290,9 +340,7 @@ impl MetadataFiles {
                 removed.push(file);
             }
         }
-        let held: BTreeSet<String> = (checkpoint.claims.values())
-            .map(|c| format!("{}_{}", c.namespace, c.name))
-            .collect();
+        let held: BTreeSet<&String> = checkpoint.claims.keys().collect();
         let entries = match fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
@@ -302,7 +350,7 @@ impl MetadataFiles {
             let name = entry.file_name().to_string_lossy().into_owned();
             if !held.contains(&name) {
                 let path = entry.path();
-                fs::remove_dir_all(&path).map_err(io_error("remove", &path))?;
+                remove_path(&path)?;
                 removed.push(path.display().to_string());
             }
         }
@@ -310,8 +358,22 @@ impl MetadataFiles {
     }
 }
 
+/// Removes a directory tree or a file; absent is fine.
+fn remove_path(path: &Path) -> Result<(), MetadataError> {
+    let removed = match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error("remove", path)(e)),
+        _ => Ok(()),
+    }
+}
+
 /// Writes `bytes` to `path` atomically and durably (temp file in the same
-/// directory, fsync, rename), readable by all (0644).
+/// directory, fsync, rename, fsync of the directory and its parent, which
+/// may be new), readable by all (0644).
 fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
     use std::os::unix::fs::PermissionsExt as _;
     let tmp = path.with_extension("json.tmp");
@@ -320,7 +382,12 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
     (file.set_permissions(fs::Permissions::from_mode(0o644))).map_err(io_error("chmod", &tmp))?;
     file.sync_all().map_err(io_error("fsync", &tmp))?;
     drop(file);
-    fs::rename(&tmp, path).map_err(io_error("rename", path))
+    fs::rename(&tmp, path).map_err(io_error("rename", path))?;
+    for dir in path.ancestors().skip(1).take(2) {
+        let synced = fs::File::open(dir).and_then(|d| d.sync_all());
+        synced.map_err(io_error("fsync", dir))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -405,14 +472,15 @@ mod tests {
         let cdi = CdiDir::open(&tmp.path().join("cdi")).unwrap();
         let files = MetadataFiles::new("ainic.amd.com", &tmp.path().join("plugin"), cdi.clone());
         let c = claim(None);
-        let ids = files.write(&c, &[request()]).unwrap();
+        let written = files.write(&c, &[request()]).unwrap();
         assert_eq!(
-            ids["nics"],
+            written.ids["nics"],
             format!("ainic.amd.com/metadata={}_nics", c.uid)
         );
-        let host = tmp
-            .path()
-            .join("plugin/dra-device-metadata/ns_train-0-nic/nics/metadata.json");
+        let host = tmp.path().join(format!(
+            "plugin/dra-device-metadata/{}/nics/metadata.json",
+            c.uid
+        ));
         let mode = fs::metadata(&host).unwrap().permissions();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
@@ -429,9 +497,39 @@ mod tests {
         assert_eq!(removed.len(), 2, "{removed:?}");
         assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
 
-        files.write(&c, &[request()]).unwrap();
-        files.remove(&c.namespace, &c.name, &c.uid).unwrap();
+        // A recorded spec comes back after a reboot emptied the CDI dir.
+        let written = files.write(&c, &[request()]).unwrap();
+        cdi.remove(&spec_name).unwrap();
+        assert!(
+            files
+                .restore(&spec_name, &written.specs[&spec_name])
+                .unwrap()
+        );
+        assert!(
+            !files
+                .restore(&spec_name, &written.specs[&spec_name])
+                .unwrap()
+        );
+
+        // The claim recreated under its name is another UID: its files
+        // are its own, and removing the old one leaves them.
+        let again = ClaimMeta {
+            uid: "0b1c2d3e-0000-4000-8000-000000000002".into(),
+            ..c.clone()
+        };
+        files.write(&again, &[request()]).unwrap();
+        files.remove(&c.uid).unwrap();
         assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
-        files.remove(&c.namespace, &c.name, &c.uid).unwrap();
+        let other = spec_file("ainic.amd.com", &again.uid, "nics");
+        assert!(cdi.read(&other).unwrap().is_some());
+        // A leftover temp file of a spec is the claim's too.
+        cdi.write_file(&format!(".{other}.tmp"), b"{").unwrap();
+        files.remove(&again.uid).unwrap();
+        assert!(
+            cdi.file_names().unwrap().is_empty(),
+            "{:?}",
+            cdi.file_names()
+        );
+        files.remove(&again.uid).unwrap();
     }
 }

@@ -117,16 +117,17 @@ pub async fn start(
     let cdi = CdiDir::open(&config.cdi_dir)?;
     let mut reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
     let (attributes_tx, attributes) = watch::channel(None);
-    let metadata = config.device_metadata.then(|| {
-        let files =
-            metadata::MetadataFiles::new(&config.scope.driver, &config.plugin_dir, cdi.clone());
-        plugin::MetadataParts { files, attributes }
+    // Built with the flag off too: claims prepared while it was on still
+    // get their metadata removed.
+    let files = metadata::MetadataFiles::new(&config.scope.driver, &config.plugin_dir, cdi.clone());
+    reconciled
+        .removed
+        .extend(files.remove_orphans(&store.snapshot())?);
+    let metadata = Some(plugin::MetadataParts {
+        files,
+        write: config.device_metadata,
+        attributes,
     });
-    if let Some(parts) = &metadata {
-        reconciled
-            .removed
-            .extend(parts.files.remove_orphans(&store.snapshot())?);
-    }
 
     let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(plugin::status::run(

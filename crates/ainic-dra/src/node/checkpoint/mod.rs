@@ -50,6 +50,10 @@ pub struct PreparedClaim {
     pub cdi_file: String,
     /// The spec's exact content, to rewrite it if it went missing.
     pub cdi_spec: String,
+    /// The claim's device-metadata CDI specs (file name, content): the CDI
+    /// directory is tmpfs, so they are rewritten from here after a reboot.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata_specs: BTreeMap<String, String>,
 }
 
 /// One prepared device as reported to the kubelet.
@@ -277,6 +281,7 @@ mod tests {
             devices,
             cdi_file: String::new(),
             cdi_spec: String::new(),
+            metadata_specs: Default::default(),
         };
         c.claims
             .insert("u1".into(), holder(vec![used("pf-0", None, false)]));
@@ -323,6 +328,7 @@ mod tests {
                 }],
                 cdi_file: "ainic.amd.com-uid-1.json".into(),
                 cdi_spec: "{}".into(),
+                metadata_specs: Default::default(),
             },
         );
         c

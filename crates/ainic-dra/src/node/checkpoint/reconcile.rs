@@ -50,6 +50,7 @@ mod tests {
             devices: vec![],
             cdi_file: crate::node::cdi::file_name(uid),
             cdi_spec: format!("spec of {uid}"),
+            metadata_specs: Default::default(),
         }
     }
 

@@ -101,14 +101,18 @@ pub struct DriverParts {
     pub metrics: Arc<Metrics>,
     /// Where claim status jobs go ([`status::run`]); `None` writes none.
     pub status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusJob>>,
-    /// Device metadata for containers ([`metadata`]); `None` writes none.
+    /// Device metadata for containers ([`metadata`]); `None` in drivers
+    /// that never write any (tests).
     pub metadata: Option<MetadataParts>,
 }
 
-/// What writing device metadata needs.
+/// What device metadata needs.
 pub struct MetadataParts {
-    /// Where the files and their CDI specs go.
+    /// Where the files and their CDI specs go. Used for removal even when
+    /// `write` is off, so claims prepared while it was on are cleaned up.
     pub files: MetadataFiles,
+    /// Write metadata for new claims (`--device-metadata`).
+    pub write: bool,
     /// The attributes of the published devices; `None` until the
     /// publisher first built its slices.
     pub attributes: watch::Receiver<Option<Arc<DeviceAttributes>>>,
@@ -259,12 +263,14 @@ impl Driver {
         let (spec, mut devices, seen, meta) = self.plan_claim(claim).await?;
         let planned = started.elapsed();
         let files = self.parts.metadata.as_ref().map(|m| &m.files);
+        let mut metadata_specs = BTreeMap::new();
         if let (Some(files), Some((claim_meta, requests))) = (files, &meta) {
-            add_metadata_ids(&mut devices, &files.write(claim_meta, requests)?);
+            let written = files.write(claim_meta, requests)?;
+            add_metadata_ids(&mut devices, &written.ids);
+            metadata_specs = written.specs;
         }
-        if let Err(error) = self.commit(claim, spec, &devices).await {
-            let written = files.filter(|_| meta.is_some());
-            let removed = written.map(|f| f.remove(&claim.namespace, &claim.name, &claim.uid));
+        if let Err(error) = self.commit(claim, spec, &devices, metadata_specs).await {
+            let removed = files.map(|f| f.remove(&claim.uid));
             if let Some(Err(cleanup)) = removed {
                 tracing::error!(error = %cleanup, "failed to remove device metadata after a failed prepare");
             }
@@ -315,7 +321,7 @@ impl Driver {
                 identity: Some(respec::identity_of(&p.attached)),
             })
             .collect::<Vec<_>>();
-        let meta = match &self.parts.metadata {
+        let meta = match self.parts.metadata.as_ref().filter(|m| m.write) {
             Some(parts) => {
                 let requests = self.request_metadata(parts, &devices, &inventory).await;
                 Some((claim_meta(claim, &object), requests))
@@ -374,6 +380,7 @@ impl Driver {
         claim: &ClaimRef,
         spec: cdi::ClaimSpec,
         devices: &[PreparedDevice],
+        metadata_specs: BTreeMap<String, String>,
     ) -> anyhow::Result<()> {
         faults::hit(Point::PrepareBeforeCdi);
         self.parts.cdi.write(&spec)?;
@@ -384,6 +391,7 @@ impl Driver {
             devices: devices.to_vec(),
             cdi_file: spec.file_name.clone(),
             cdi_spec: spec.content,
+            metadata_specs,
         };
         if let Err(e) = self.parts.store.insert_exclusive(&claim.uid, record).await {
             if let Err(cleanup) = self.parts.cdi.remove(&spec.file_name) {
@@ -415,6 +423,13 @@ impl Driver {
                 return Err(stale);
             }
         };
+        if let Some(parts) = &self.parts.metadata {
+            for (file, spec) in &record.metadata_specs {
+                if parts.files.restore(file, spec)? {
+                    tracing::info!(claim_uid = %uid, file, "device-metadata CDI spec written again");
+                }
+            }
+        }
         let on_disk = self.parts.cdi.read(&record.cdi_file)?;
         let rewrite = on_disk.as_deref() != Some(content.as_bytes());
         if rewrite {
@@ -486,9 +501,7 @@ impl Driver {
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
         if let Some(parts) = &self.parts.metadata {
-            parts
-                .files
-                .remove(&record.namespace, &record.name, &claim.uid)?;
+            parts.files.remove(&claim.uid)?;
         }
         faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;

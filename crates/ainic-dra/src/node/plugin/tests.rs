@@ -46,6 +46,7 @@ fn harness_of(
     let cdi = CdiDir::open(&cdi_dir).unwrap();
     let metadata = with_metadata.then(|| MetadataParts {
         files: MetadataFiles::new(D, &plugin_dir, cdi.clone()),
+        write: true,
         attributes,
     });
     let driver = Arc::new(Driver::new(DriverParts {
@@ -478,6 +479,7 @@ async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
         }],
         cdi_file: spec.file_name.clone(),
         cdi_spec: spec.content.clone(),
+        metadata_specs: Default::default(),
     };
     h.driver.parts.store.insert("u1", record).await.unwrap();
     assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
@@ -649,9 +651,7 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
         ]
     );
     assert_eq!(devices[1].cdi_ids[1], "ainic.amd.com/metadata=u1_b");
-    let file = h
-        .plugin_dir
-        .join("dra-device-metadata/ns_two/b/metadata.json");
+    let file = h.plugin_dir.join("dra-device-metadata/u1/b/metadata.json");
     let text = std::fs::read_to_string(&file).unwrap();
     let first: serde_json::Value = serde_json::Deserializer::from_str(&text)
         .into_iter()
@@ -665,9 +665,7 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
         (&json!("b"), &json!(PF1))
     );
     assert_eq!(device["attributes"]["ainic.amd.com/rail"]["int"], 3);
-    let sub = h
-        .plugin_dir
-        .join("dra-device-metadata/ns_two/a/metadata.json");
+    let sub = h.plugin_dir.join("dra-device-metadata/u1/a/metadata.json");
     assert!(std::fs::read_to_string(sub).unwrap().contains("\"a/fast\""));
     assert_eq!(
         cdi_files(&h),
@@ -682,14 +680,21 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
         .clone()
         .unwrap();
     assert_eq!(again, devices);
+    // A reboot empties the CDI dir (tmpfs): the recorded specs come back
+    // with the claim's, before the kubelet is served.
+    for file in cdi_files(&h) {
+        std::fs::remove_file(h.cdi_dir.join(file)).unwrap();
+    }
+    h.driver.refresh_all().await;
+    assert_eq!(cdi_files(&h).len(), 3, "{:?}", cdi_files(&h));
 
     // A claim refused at the checkpoint leaves no metadata behind.
     h.claims
         .put(claim("late", "u2", &[("nic", D, "node-a", PF0)], json!([])));
     assert!(h.driver.prepare(&[r("late", "u2")]).await["u2"].is_err());
-    assert!(!h.plugin_dir.join("dra-device-metadata/ns_late").exists());
+    assert!(!h.plugin_dir.join("dra-device-metadata/u2").exists());
 
     assert!(h.driver.unprepare(&[r("two", "u1")]).await["u1"].is_ok());
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
-    assert!(!h.plugin_dir.join("dra-device-metadata/ns_two").exists());
+    assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
 }
