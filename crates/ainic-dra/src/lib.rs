@@ -1,5 +1,6 @@
 //! The `ainic-dra` binary as a library: the node agent (`node`), the classic
-//! device plugin (`classic`), the demo and the CLI commands. `main.rs` only
+//! device plugin (`classic`), the fabric controller (`controller`), the demo
+//! and the CLI commands. `main.rs` only
 //! parses arguments and dispatches; integration tests and benchmarks use the
 //! same modules through this crate.
 //!
@@ -8,6 +9,7 @@
 
 pub mod classic;
 pub mod cli;
+pub mod controller;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod node;

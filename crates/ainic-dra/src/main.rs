@@ -34,6 +34,8 @@ enum Command {
     Deviceclasses(cli::deviceclasses::DeviceClassesArgs),
     /// Run the node agent: kubelet DRA plugin, ResourceSlice publisher, classic device plugin.
     Node(cli::node::NodeArgs),
+    /// Run the fabric controller: one DRA device per RDMA fabric partition, node partition labels.
+    Controller(cli::controller::ControllerArgs),
     /// Allocate ResourceClaims on a node as kube-scheduler would, from objects in files.
     Simulate(cli::simulate::SimulateArgs),
     /// See the whole driver work on this machine: simulated nodes, real agents, no cluster.
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Slices(args) => cli::slices::run(args),
         Command::Deviceclasses(args) => cli::deviceclasses::run(args),
         Command::Node(args) => cli::node::run(args),
+        Command::Controller(args) => cli::controller::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
         #[cfg(feature = "demo")]
         Command::Demo(args) => cli::demo::run(args),

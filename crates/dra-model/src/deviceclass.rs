@@ -1,5 +1,6 @@
 //! The DeviceClasses shipped with the driver: exclusive PFs (`ainic-pf`),
-//! VFs (`ainic-vf`) and shared PFs (`ainic-shared`). Each selects by
+//! VFs (`ainic-vf`), shared PFs (`ainic-shared`) and fabric partitions
+//! (`ainic-fabric`, published by `ainic-dra controller`). Each selects by
 //! `device.driver` and the `type` attribute (and `shared`).
 
 use k8s_openapi::api::resource::v1::{
@@ -19,10 +20,16 @@ pub fn class_selectors(driver: &str) -> Vec<(&'static str, String)> {
             not = if shared { "" } else { "!" },
         )
     };
+    let partition = format!(
+        "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].{t} == \"{ty}\"",
+        t = attr::TYPE,
+        ty = crate::partitions::TYPE_PARTITION,
+    );
     vec![
         ("ainic-pf", base("pf", false)),
         ("ainic-vf", base("vf", false)),
         ("ainic-shared", base("pf", true)),
+        ("ainic-fabric", partition),
     ]
 }
 

@@ -22,6 +22,7 @@ pub mod gates;
 mod index;
 pub mod names;
 pub mod nic_config;
+pub mod partitions;
 pub mod plan;
 pub mod sample;
 pub mod slices;

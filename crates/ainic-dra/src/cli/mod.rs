@@ -1,6 +1,7 @@
 //! Subcommands of `ainic-dra`, one file each, and the small pieces they share:
 //! logging set-up, exit codes, and where a sysfs tree comes from.
 
+pub mod controller;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod deviceclasses;

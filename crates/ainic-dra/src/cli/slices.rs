@@ -81,12 +81,12 @@ pub enum PfWithVfsArg {
     PfOnly,
 }
 
-fn parse_release(s: &str) -> Result<Release, String> {
+pub(crate) fn parse_release(s: &str) -> Result<Release, String> {
     s.parse()
         .map_err(|e: dra_model::UnsupportedRelease| e.to_string())
 }
 
-fn parse_gates(s: &str) -> Result<FeatureGates, String> {
+pub(crate) fn parse_gates(s: &str) -> Result<FeatureGates, String> {
     s.parse()
         .map_err(|e: dra_model::FeatureGateError| e.to_string())
 }

@@ -89,7 +89,15 @@ fn check_all_typed(objects: &[Rendered]) {
             .unwrap_or_else(|e| panic!("{} ({}): {e}", r.file, r.object["kind"]));
         let namespaced = matches!(
             r.object["kind"].as_str(),
-            Some("ServiceAccount" | "ConfigMap" | "Service" | "DaemonSet")
+            Some(
+                "ServiceAccount"
+                    | "ConfigMap"
+                    | "Service"
+                    | "DaemonSet"
+                    | "Deployment"
+                    | "Role"
+                    | "RoleBinding"
+            )
         );
         let ns = r.object["metadata"]["namespace"].as_str();
         assert_eq!(ns.is_some(), namespaced, "{}: namespace {ns:?}", r.file);
@@ -122,12 +130,19 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
         kinds(&objects),
         [
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "DaemonSet",
+            "Deployment",
             "DeviceClass",
             "DeviceClass",
             "DeviceClass",
+            "DeviceClass",
+            "Role",
+            "RoleBinding",
             "Service",
+            "ServiceAccount",
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
@@ -135,6 +150,15 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
     );
     let args = args(&objects);
     assert_binary_accepts(&args);
+    let controller = named(&objects, "Deployment", "-controller");
+    let controller_args: Vec<String> =
+        (controller["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap())
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_binary_accepts(&controller_args);
     assert!(!args.iter().any(|a| a.starts_with("--device-plugin")));
     assert!(!args.iter().any(|a| a.starts_with("--feature-gates")));
     let image = container(&objects)["image"].as_str().unwrap();
@@ -275,13 +299,10 @@ fn agent_mounts_the_host_paths_its_flags_name() {
     );
 }
 
-#[test]
-fn rbac_is_least_privilege() {
-    let objects = render(json!({}));
-    let roles = find(&objects, "ClusterRole");
-    assert_eq!(roles.len(), 1);
+/// `group/resource verb` of every rule of `role`, sorted.
+fn grants_of(role: &Value) -> Vec<String> {
     let mut grants: Vec<String> = Vec::new();
-    for rule in roles[0]["rules"].as_array().unwrap() {
+    for rule in role["rules"].as_array().unwrap() {
         for group in rule["apiGroups"].as_array().unwrap() {
             for resource in rule["resources"].as_array().unwrap() {
                 for verb in rule["verbs"].as_array().unwrap() {
@@ -296,6 +317,59 @@ fn rbac_is_least_privilege() {
         }
     }
     grants.sort();
+    grants
+}
+
+/// The object of `kind` whose name ends with `suffix`.
+fn named<'a>(objects: &'a [Rendered], kind: &str, suffix: &str) -> &'a Value {
+    let all = find(objects, kind);
+    let found = all
+        .into_iter()
+        .find(|o| (o["metadata"]["name"].as_str()).is_some_and(|n| n.ends_with(suffix)));
+    found.unwrap_or_else(|| panic!("no {kind} named *{suffix}"))
+}
+
+#[test]
+fn controller_rbac_is_least_privilege_and_off_when_disabled() {
+    let objects = render(json!({}));
+    let role = named(&objects, "ClusterRole", "-controller");
+    let wanted: Vec<String> = ["create", "delete", "get", "list", "update", "watch"]
+        .iter()
+        .map(|v| format!("resource.k8s.io/resourceslices {v}"))
+        .chain(
+            ["get", "list", "patch", "watch"]
+                .iter()
+                .map(|v| format!("/nodes {v}")),
+        )
+        .collect();
+    let mut wanted = wanted;
+    wanted.sort();
+    assert_eq!(grants_of(role), wanted);
+    let lease = named(&objects, "Role", "-controller");
+    assert_eq!(
+        grants_of(lease),
+        [
+            "coordination.k8s.io/leases create",
+            "coordination.k8s.io/leases get",
+            "coordination.k8s.io/leases update"
+        ]
+    );
+    let deployment = named(&objects, "Deployment", "-controller");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["serviceAccountName"],
+        named(&objects, "ServiceAccount", "-controller")["metadata"]["name"]
+    );
+    assert_eq!(pod["containers"][0]["args"][0], "controller");
+    let off = render(json!({"controller": {"enabled": false}}));
+    assert!(find(&off, "Deployment").is_empty());
+}
+
+#[test]
+fn rbac_is_least_privilege() {
+    let objects = render(json!({}));
+    let role = named(&objects, "ClusterRole", "-node-agent");
+    let grants = grants_of(role);
     let mut wanted: Vec<String> = [
         "get", "list", "watch", "create", "update", "patch", "delete",
     ]
@@ -315,9 +389,9 @@ fn rbac_is_least_privilege() {
     .collect();
     wanted.sort();
     assert_eq!(grants, wanted);
-    let binding = find(&objects, "ClusterRoleBinding")[0];
-    assert_eq!(binding["roleRef"]["name"], roles[0]["metadata"]["name"]);
-    let sa = find(&objects, "ServiceAccount")[0];
+    let binding = named(&objects, "ClusterRoleBinding", "-node-agent");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let sa = named(&objects, "ServiceAccount", "ainic-dra");
     assert_eq!(binding["subjects"][0]["name"], sa["metadata"]["name"]);
     assert_eq!(
         daemonset(&objects)["spec"]["template"]["spec"]["serviceAccountName"],

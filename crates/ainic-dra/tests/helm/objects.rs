@@ -6,9 +6,9 @@
 use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
-use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::resource::v1::DeviceClass;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -23,6 +23,9 @@ pub fn check_typed(object: &Value) -> Result<(), String> {
         ("v1", "ConfigMap") => roundtrip::<ConfigMap>(object),
         ("v1", "Service") => roundtrip::<Service>(object),
         ("apps/v1", "DaemonSet") => roundtrip::<DaemonSet>(object),
+        ("apps/v1", "Deployment") => roundtrip::<Deployment>(object),
+        ("rbac.authorization.k8s.io/v1", "Role") => roundtrip::<Role>(object),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => roundtrip::<RoleBinding>(object),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => roundtrip::<ClusterRole>(object),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
             roundtrip::<ClusterRoleBinding>(object)

@@ -13,6 +13,7 @@
 mod admission;
 mod chart;
 mod extended;
+mod fabric;
 mod publish;
 mod schedule;
 mod support;

@@ -40,26 +40,29 @@ pub async fn install_chart(bed: &'static Testbed) {
         testbed::Version::V1_34 => &V134,
         testbed::Version::V1_37 => &V137,
     };
-    cell.get_or_init(|| async move {
-        let kubeconfig = bed.kubeconfig();
-        testbed::helm::run(&[
-            "install",
-            RELEASE,
-            chart_dir().to_str().unwrap(),
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-        ])
-        .unwrap_or_else(|e| panic!("{e}"));
-        // The 1.34 bed is an API server alone (no controller manager makes
-        // default service accounts, no pods run there).
-        if bed.version() == testbed::Version::V1_37 {
-            cluster::namespace(&bed.client().await, NAMESPACE).await;
-        }
-    })
-    .await;
+    cell.get_or_init(|| helm_install(bed)).await;
+}
+
+/// Installs the chart into `bed` (every time; [`install_chart`] once per
+/// shared bed).
+pub async fn helm_install(bed: &Testbed) {
+    let kubeconfig = bed.kubeconfig();
+    testbed::helm::run(&[
+        "install",
+        RELEASE,
+        chart_dir().to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    // The 1.34 bed is an API server alone (no controller manager makes
+    // default service accounts, no pods run there).
+    if bed.version() == testbed::Version::V1_37 {
+        cluster::namespace(&bed.client().await, NAMESPACE).await;
+    }
 }
 
 /// One fake node with a real agent publishing for it.

@@ -108,14 +108,22 @@ pub async fn node_bound_token(
         .create(&PostParams::default(), &pod)
         .await
         .unwrap_or_else(|e| panic!("cannot create pod {namespace}/{pod_name}: {e}"));
-    let request: TokenRequest = serde_json::from_value(json!({
-        "spec": {
-            "expirationSeconds": 3600,
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod_name,
-                               "uid": created.metadata.uid},
-        },
-    }))
-    .unwrap();
+    let spec = json!({
+        "expirationSeconds": 3600,
+        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod_name,
+                           "uid": created.metadata.uid},
+    });
+    request_token(client, namespace, account, spec).await
+}
+
+/// A token of `namespace/account` for a TokenRequest with `spec`.
+async fn request_token(
+    client: &kube::Client,
+    namespace: &str,
+    account: &str,
+    spec: serde_json::Value,
+) -> String {
+    let request: TokenRequest = serde_json::from_value(json!({"spec": spec})).unwrap();
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
     let answer = accounts
         .create_token_request(account, &PostParams::default(), &request)
@@ -125,4 +133,16 @@ pub async fn node_bound_token(
         .status
         .and_then(|s| s.token)
         .expect("the token request answered a token")
+}
+
+/// A token of service account `namespace/account` (as a Deployment's pod
+/// gets it, not bound to a node), valid for an hour.
+pub async fn account_token(client: &kube::Client, namespace: &str, account: &str) -> String {
+    request_token(
+        client,
+        namespace,
+        account,
+        json!({"expirationSeconds": 3600}),
+    )
+    .await
 }

@@ -260,7 +260,10 @@ impl Driver {
             return Ok(done.devices);
         }
         let started = Instant::now();
-        let (spec, mut devices, seen, meta) = self.plan_claim(claim).await?;
+        let Some((spec, mut devices, seen, meta)) = self.plan_claim(claim).await? else {
+            tracing::debug!("nothing to attach on this node (a fabric partition claim)");
+            return Ok(Vec::new());
+        };
         let planned = started.elapsed();
         let files = self.parts.metadata.as_ref().map(|m| &m.files);
         let mut metadata_specs = BTreeMap::new();
@@ -295,11 +298,15 @@ impl Driver {
     }
 
     /// Reads the claim and builds its CDI spec, the kubelet's answer and
-    /// (when on) the claim's device metadata; writes nothing.
-    async fn plan_claim(&self, claim: &ClaimRef) -> anyhow::Result<Planned> {
+    /// (when on) the claim's device metadata; writes nothing. `None` when
+    /// the claim has nothing to attach here.
+    async fn plan_claim(&self, claim: &ClaimRef) -> anyhow::Result<Option<Planned>> {
         let object = self.parts.claims.get(&claim.namespace, &claim.name).await?;
         let inventory = self.parts.inventory.borrow().clone();
         let planned = resolve::plan(&object, &claim.uid, &self.parts.scope, &inventory)?;
+        if planned.is_empty() {
+            return Ok(None);
+        }
         let attached: Vec<cdi::AttachedDevice> =
             planned.iter().map(|p| p.attached.clone()).collect();
         let spec = cdi::build(
@@ -328,7 +335,7 @@ impl Driver {
             }
             None => None,
         };
-        Ok((spec, devices, inventory, meta))
+        Ok(Some((spec, devices, inventory, meta)))
     }
 
     /// The devices of each request, with their published attributes and

@@ -134,6 +134,15 @@ pub fn plan(
         .flatten()
         .filter(|r| scope.serves(r))
         .collect();
+    // A fabric partition the controller publishes is ours too, but nothing
+    // on a node attaches it: a claim with only such results (a job's
+    // shared partition claim) is prepared with no devices.
+    let mut ours = (devices.results.iter().flatten()).filter(|r| r.driver == scope.driver);
+    let partitions_only = ours.clone().next().is_some()
+        && ours.all(|r| r.pool.starts_with(dra_model::partitions::POOL_PREFIX));
+    if results.is_empty() && partitions_only {
+        return Ok(Vec::new());
+    }
     if results.is_empty() {
         return Err(ResolveError::NothingHere {
             claim: label,

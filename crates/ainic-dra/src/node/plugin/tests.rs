@@ -698,3 +698,30 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
     assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
 }
+
+#[tokio::test]
+async fn a_fabric_partition_claim_is_prepared_with_nothing_to_attach() {
+    let h = harness_of(None, true);
+    h.claims.put(claim(
+        "job-a",
+        "u1",
+        &[("fabric", D, "fabric-pod-a", "pod-a")],
+        json!([]),
+    ));
+    let out = h.driver.prepare(&[r("job-a", "u1")]).await;
+    assert_eq!(out["u1"].as_ref().unwrap(), &Vec::<PreparedDevice>::new());
+    assert!(cdi_files(&h).is_empty());
+    assert!(h.driver.parts.store.get("u1").is_none());
+    assert!(h.driver.unprepare(&[r("job-a", "u1")]).await["u1"].is_ok());
+    // A pool of another node is still refused.
+    h.claims.put(claim(
+        "elsewhere",
+        "u2",
+        &[("nic", D, "node-b", PF0)],
+        json!([]),
+    ));
+    let err = h.driver.prepare(&[r("elsewhere", "u2")]).await["u2"]
+        .clone()
+        .unwrap_err();
+    assert!(err.contains("no device of driver"), "{err}");
+}

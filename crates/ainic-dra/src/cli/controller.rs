@@ -1,0 +1,90 @@
+//! `ainic-dra controller`: publishes one DRA device per RDMA fabric
+//! partition from what the node agents publish (see `crate::controller`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use dra_model::{FeatureGate, FeatureGates, Release};
+
+use super::slices::{parse_gates, parse_release};
+use crate::controller::{self, ControllerConfig};
+use crate::node::publisher::Backoff;
+
+/// Arguments of `ainic-dra controller`.
+#[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Runs as a Deployment (one replica leads, the others wait on the Lease).\n\
+    Example outside a cluster:\n  \
+    ainic-dra controller --kubeconfig ~/.kube/config --namespace ainic-system --identity $(hostname)"
+)]
+pub struct ControllerArgs {
+    /// Kubeconfig; in-cluster config when not given.
+    #[arg(long, env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// DRA driver name whose node slices are read and whose partition
+    /// slices are written.
+    #[arg(long, value_name = "NAME", default_value = dra_model::names::DEFAULT_DRIVER)]
+    pub driver_name: String,
+
+    /// Namespace of the leader-election Lease (the controller's own).
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NAMESPACE")]
+    pub namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = "ainic-dra-controller")]
+    pub lease_name: String,
+
+    /// This replica's identity in the Lease (the pod name).
+    #[arg(long, env = "POD_NAME", value_name = "ID")]
+    pub identity: String,
+
+    /// Seconds between passes when nothing changed (watches trigger passes
+    /// at once otherwise).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub resync_interval: u64,
+
+    /// Kubernetes feature gates over the API server's release defaults;
+    /// with `DRAConsumableCapacity` on, several jobs share a partition up
+    /// to its node count.
+    #[arg(long, value_name = "NAME=BOOL,...", default_value = "", value_parser = parse_gates)]
+    pub feature_gates: FeatureGates,
+
+    /// The Kubernetes release whose defaults apply; the API server's when
+    /// not given.
+    #[arg(long, value_name = "1.MINOR", value_parser = parse_release)]
+    pub kubernetes_version: Option<Release>,
+}
+
+/// Runs the controller until SIGTERM/SIGINT.
+pub fn run(args: ControllerArgs) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    runtime.block_on(async move {
+        let client = super::node::kube_client(args.kubeconfig.as_ref()).await?;
+        let (_stop, mut never) = tokio::sync::watch::channel(false);
+        let release = match args.kubernetes_version {
+            Some(release) => release,
+            None => crate::node::server_version::learn(&client, Backoff::default(), &mut never)
+                .await
+                .unwrap_or(Release::NEWEST),
+        };
+        let gates = args.feature_gates.clone().with_release(release);
+        let config = ControllerConfig {
+            driver: args.driver_name.clone(),
+            namespace: args.namespace.clone(),
+            lease_name: args.lease_name.clone(),
+            identity: args.identity.clone(),
+            resync_every: Duration::from_secs(args.resync_interval.max(1)),
+            shared: gates.enabled(FeatureGate::DraConsumableCapacity),
+        };
+        tracing::info!(?config, "controller starting");
+        controller::run(client, config, crate::node::shutdown_signal()).await;
+        Ok(())
+    })
+}

@@ -1,0 +1,189 @@
+//! One pass of the controller: read the node agents' slices and the
+//! Nodes, and make the partition label of every Node and the partition
+//! slices say what those slices imply. Writes only what differs, so a
+//! pass at rest writes nothing.
+//!
+//! Labels are written before slices: a node joining a partition matches
+//! the partition slice's selector as soon as it carries the label.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use dra_model::partitions::{self, LABEL_PARTITION, POOL_PREFIX};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use serde_json::{Value, json};
+
+use crate::node::publisher::dropped::{self, GatedField};
+
+/// What a pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pass {
+    /// Partitions found, with their node counts.
+    pub partitions: BTreeMap<String, usize>,
+    /// Node labels set or removed.
+    pub labels: usize,
+    /// Slices created, updated or deleted.
+    pub slices: usize,
+}
+
+/// The parts a pass works with.
+pub struct Reconciler {
+    /// ResourceSlices (cluster-scoped).
+    pub slices: Api<ResourceSlice>,
+    /// Nodes.
+    pub nodes: Api<Node>,
+    /// The driver name.
+    pub driver: String,
+    /// Publish partition devices for sharing (`DRAConsumableCapacity`);
+    /// turned off for good when the server drops the fields.
+    pub shared: bool,
+}
+
+/// Why a pass failed.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to {action}: {source}")]
+pub struct PassError {
+    action: String,
+    #[source]
+    source: kube::Error,
+}
+
+fn failed(action: impl Into<String>) -> impl FnOnce(kube::Error) -> PassError {
+    let action = action.into();
+    move |source| PassError { action, source }
+}
+
+/// A slice's content for comparison: the spec without the generation.
+fn content(slice: &ResourceSlice) -> Value {
+    let mut spec = serde_json::to_value(&slice.spec).unwrap_or(Value::Null);
+    spec["pool"]["generation"] = json!(0);
+    spec
+}
+
+impl Reconciler {
+    /// Runs one pass.
+    pub async fn pass(&mut self) -> Result<Pass, PassError> {
+        let fields = format!("spec.driver={}", self.driver);
+        let params = ListParams::default().fields(&fields);
+        let all = self.slices.list(&params).await;
+        let all = all.map_err(failed("list resource slices"))?.items;
+        let found = partitions::partitions(&all, &self.driver);
+        let mut pass = Pass {
+            partitions: (found.iter())
+                .map(|(name, p)| (name.clone(), p.nodes.len()))
+                .collect(),
+            ..Pass::default()
+        };
+        pass.labels = self.label_nodes(&partitions::node_labels(&found)).await?;
+        let desired = partitions::partition_slices(&found, &self.driver, self.shared);
+        let ours: Vec<ResourceSlice> = (all.into_iter())
+            .filter(|s| s.spec.node_name.is_none() && s.spec.pool.name.starts_with(POOL_PREFIX))
+            .collect();
+        pass.slices = self.write_slices(&desired, &ours).await?;
+        Ok(pass)
+    }
+
+    /// Sets [`LABEL_PARTITION`] to `wanted` on every node, removing it from
+    /// nodes not in any partition; how many nodes changed.
+    async fn label_nodes(&self, wanted: &BTreeMap<String, String>) -> Result<usize, PassError> {
+        let nodes = self.nodes.list(&ListParams::default()).await;
+        let nodes = nodes.map_err(failed("list nodes"))?.items;
+        let mut changed = 0;
+        for node in nodes {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let labels = node.metadata.labels.unwrap_or_default();
+            let has = labels.get(LABEL_PARTITION);
+            let want = wanted.get(&name);
+            if has == want {
+                continue;
+            }
+            let patch = json!({"metadata": {"labels": {LABEL_PARTITION: want}}});
+            let done = self
+                .nodes
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            done.map_err(failed(format!("label node {name}")))?;
+            tracing::info!(node = %name, partition = ?want, "node partition label set");
+            changed += 1;
+        }
+        Ok(changed)
+    }
+
+    /// Makes the controller's slices equal `desired`; how many writes.
+    async fn write_slices(
+        &mut self,
+        desired: &[ResourceSlice],
+        existing: &[ResourceSlice],
+    ) -> Result<usize, PassError> {
+        let mut writes = 0;
+        let names: BTreeSet<&str> = desired
+            .iter()
+            .filter_map(|s| s.metadata.name.as_deref())
+            .collect();
+        for want in desired {
+            let name = want.metadata.name.clone().unwrap_or_default();
+            let old = existing
+                .iter()
+                .find(|s| s.metadata.name.as_deref() == Some(&name));
+            if old.is_some_and(|old| content(old) == content(want)) {
+                continue;
+            }
+            let mut slice = want.clone();
+            let stored = match old {
+                Some(old) => {
+                    slice.spec.pool.generation = old.spec.pool.generation + 1;
+                    slice.metadata.resource_version = old.metadata.resource_version.clone();
+                    let done = self
+                        .slices
+                        .replace(&name, &PostParams::default(), &slice)
+                        .await;
+                    done.map_err(failed(format!("update resource slice {name}")))?
+                }
+                None => {
+                    slice.spec.pool.generation = 1;
+                    let done = self.slices.create(&PostParams::default(), &slice).await;
+                    done.map_err(failed(format!("create resource slice {name}")))?
+                }
+            };
+            self.learn(&slice, &stored);
+            tracing::info!(slice = %name, "partition slice published");
+            writes += 1;
+        }
+        for old in existing {
+            let name = old.metadata.name.clone().unwrap_or_default();
+            if names.contains(name.as_str()) {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: old.metadata.uid.clone(),
+                    resource_version: old.metadata.resource_version.clone(),
+                }),
+                ..DeleteParams::default()
+            };
+            match self.slices.delete(&name, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(failed(format!("delete resource slice {name}"))(e)),
+            }
+            tracing::info!(slice = %name, "slice of a partition that is gone deleted");
+            writes += 1;
+        }
+        Ok(writes)
+    }
+
+    /// A server that drops the sharing fields (consumable capacity off)
+    /// gets exclusive partition devices from now on, instead of a rewrite
+    /// on every pass.
+    fn learn(&mut self, sent: &ResourceSlice, stored: &ResourceSlice) {
+        let back = dropped::read_back(sent, stored);
+        if self.shared && back.dropped.contains(&GatedField::AllowMultipleAllocations) {
+            tracing::warn!(
+                "the API server drops allowMultipleAllocations (DRAConsumableCapacity is off there): one claim takes a whole partition"
+            );
+            self.shared = false;
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Fabric domains, judged by the real kube-scheduler: four fake nodes in
+//! two RDMA fabric partitions, their agents publishing the `fabric`
+//! attribute from node labels, and `ainic-dra controller` publishing one
+//! device per partition. Jobs whose pods share one claim of class
+//! `ainic-fabric` (plus a NIC each from a template) land wholly in one
+//! partition without naming it; a job that fits no partition stays
+//! pending with the scheduler's reason; moving a node to the other
+//! partition updates the partition slices; stopping the controller leaves
+//! the running pods and their claims alone.
+//!
+//! Runs on a control plane of its own: the controller labels every Node
+//! and publishes for every agent, which must not reach other tests. The
+//! controller runs as the chart's controller service account.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+
+use dra_model::partitions::LABEL_PARTITION;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use testkit::testbed::{Testbed, UpOptions, Version, cluster, wait};
+
+use crate::support::{DRIVER, NodeAgent, expected_slices, helm_install, published};
+
+const NAMESPACE: &str = "jobs";
+const X: [&str; 2] = ["fab-x1", "fab-x2"];
+const Y: [&str; 2] = ["fab-y1", "fab-y2"];
+
+/// The controller as a process, killed when dropped.
+struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the controller with the chart's controller identity (its RBAC
+/// judged by the real API server), its Lease in the chart's namespace.
+async fn start_controller(bed: &Testbed, log: &std::path::Path) -> Controller {
+    let account = format!("{}-controller", crate::support::RELEASE);
+    let ns = crate::support::NAMESPACE;
+    let token = cluster::account_token(&bed.client().await, ns, &account).await;
+    let kubeconfig = bed.write_kubeconfig("controller", &account, &token);
+    let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(["--log", "info", "controller", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(["--namespace", ns, "--identity", "test-1"])
+        .args(["--resync-interval", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start ainic-dra controller");
+    Controller(child)
+}
+
+/// The controller's partition slices: pool name -> (nodeCount, resourceVersion).
+async fn partition_slices(client: &kube::Client) -> BTreeMap<String, (i64, String)> {
+    let api: Api<ResourceSlice> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default().fields(&format!("spec.driver={DRIVER}")))
+        .await
+        .unwrap();
+    list.items
+        .into_iter()
+        .filter(|s| s.spec.pool.name.starts_with("fabric-"))
+        .map(|s| {
+            let device = &s.spec.devices.as_ref().unwrap()[0];
+            let attrs = device.attributes.as_ref().unwrap();
+            let nodes = attrs[&format!("{DRIVER}/nodeCount")].int.unwrap();
+            (
+                s.spec.pool.name.clone(),
+                (
+                    nodes,
+                    s.metadata.resource_version.clone().unwrap_or_default(),
+                ),
+            )
+        })
+        .collect()
+}
+
+async fn wait_partitions(client: &kube::Client, want: &[(&str, i64)], log: &std::path::Path) {
+    let want: BTreeMap<String, i64> = want.iter().map(|(p, n)| (p.to_string(), *n)).collect();
+    wait::until("the partition slices", wait::DEADLINE, || async {
+        let got: BTreeMap<String, i64> = (partition_slices(client).await.into_iter())
+            .map(|(p, (n, _))| (p, n))
+            .collect();
+        if got == want {
+            Ok(())
+        } else {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            Err(format!(
+                "{got:?}; controller log:\n{}",
+                crate::support::tail(&log, 8)
+            ))
+        }
+    })
+    .await;
+}
+
+/// The objects of `examples/fabric-job/job.yaml`, with `job-a` renamed `job`.
+fn example(job: &str) -> Vec<serde_json::Value> {
+    let path = testkit::testbed::repo_root().join("examples/fabric-job/job.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("job-a", job);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect()
+}
+
+fn of_kind<T: serde::de::DeserializeOwned>(objects: &[serde_json::Value], kind: &str) -> Vec<T> {
+    (objects.iter())
+        .filter(|o| o["kind"] == kind)
+        .map(|o| serde_json::from_value(o.clone()).unwrap())
+        .collect()
+}
+
+/// The pod's node once bound, or its scheduling condition's message.
+async fn placement(pods: &Api<Pod>, name: &str) -> Result<String, String> {
+    let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+        return Ok(node);
+    }
+    let conditions = pod.status.and_then(|s| s.conditions).unwrap_or_default();
+    let scheduled = conditions.iter().find(|c| c.type_ == "PodScheduled");
+    Err(scheduled
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default())
+}
+
+/// Starts the example job as `job` and waits until its two pods are bound;
+/// their nodes.
+async fn run_job(pods: &Api<Pod>, claims: &Api<ResourceClaim>, job: &str) -> Vec<String> {
+    let objects = example(job);
+    for claim in of_kind::<ResourceClaim>(&objects, "ResourceClaim") {
+        claims.create(&PostParams::default(), &claim).await.unwrap();
+    }
+    let mut nodes = Vec::new();
+    for pod in of_kind::<Pod>(&objects, "Pod") {
+        let name = pod.metadata.name.clone().unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let node = wait::until(&format!("pod {name} bound"), wait::DEADLINE, || async {
+            placement(pods, &name).await
+        })
+        .await;
+        nodes.push(node);
+    }
+    nodes
+}
+
+fn partition_of(node: &str) -> &'static str {
+    if node.starts_with("fab-x") { "x" } else { "y" }
+}
+
+#[tokio::test]
+async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
+    let bed: &'static Testbed = Box::leak(Box::new(
+        tokio::task::spawn_blocking(|| {
+            Testbed::up(&UpOptions {
+                version: Some(Version::V1_37),
+                ..UpOptions::default()
+            })
+        })
+        .await
+        .unwrap(),
+    ));
+    helm_install(bed).await;
+    let client = bed.client().await;
+    cluster::namespace(&client, NAMESPACE).await;
+    let mut agents = Vec::new();
+    for (nodes, fabric) in [(X, "fab-x"), (Y, "fab-y")] {
+        for node in nodes {
+            let labels = BTreeMap::from([(format!("{DRIVER}/fabric"), fabric.to_string())]);
+            agents.push(NodeAgent::start(bed, node, "mi300x-8gpu-8nic", &labels, &[]).await);
+        }
+    }
+    let count = expected_slices("mi300x-8gpu-8nic", "n", &[]).len();
+    for agent in &agents {
+        published(&client, agent, count).await;
+    }
+
+    let log = bed.dir().join("controller.log");
+    let controller = start_controller(bed, &log).await;
+    wait_partitions(&client, &[("fabric-fab-x", 2), ("fabric-fab-y", 2)], &log).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for node in X {
+        let labels = nodes.get(node).await.unwrap().metadata.labels.unwrap();
+        assert_eq!(labels[LABEL_PARTITION], "fab-x", "{node}");
+    }
+    // At rest the controller writes nothing.
+    let before = partition_slices(&client).await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert_eq!(partition_slices(&client).await, before, "writes at rest");
+
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), NAMESPACE);
+    for template in of_kind::<ResourceClaimTemplate>(&example("job-a"), "ResourceClaimTemplate") {
+        templates
+            .create(&PostParams::default(), &template)
+            .await
+            .unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
+
+    // Job A fills one partition, job B the other: each wholly in one.
+    let a = run_job(&pods, &claims, "job-a").await;
+    assert_eq!(partition_of(&a[0]), partition_of(&a[1]), "job-a on {a:?}");
+    let b = run_job(&pods, &claims, "job-b").await;
+    assert_eq!(partition_of(&b[0]), partition_of(&b[1]), "job-b on {b:?}");
+    assert_ne!(partition_of(&a[0]), partition_of(&b[0]), "a {a:?}, b {b:?}");
+
+    // Job C fits no partition: pending, and the scheduler says why.
+    let c = example("job-c");
+    let claim = &of_kind::<ResourceClaim>(&c, "ResourceClaim")[0];
+    claims.create(&PostParams::default(), claim).await.unwrap();
+    let first = &of_kind::<Pod>(&c, "Pod")[0];
+    pods.create(&PostParams::default(), first).await.unwrap();
+    let reason = wait::until("job-c-0 unschedulable", wait::DEADLINE, || async {
+        match placement(&pods, "job-c-0").await {
+            Ok(node) => panic!("job-c-0 was bound to {node}"),
+            Err(message) if message.contains("cannot allocate all claims") => Ok(message),
+            Err(message) => Err(message),
+        }
+    })
+    .await;
+    eprintln!("job-c-0: {reason}");
+
+    // A node moved to the other partition: the slices follow.
+    let moved = Y[1];
+    let patch = json!({"metadata": {"labels": {format!("{DRIVER}/fabric"): "fab-x"}}});
+    nodes
+        .patch(moved, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_partitions(&client, &[("fabric-fab-x", 3), ("fabric-fab-y", 1)], &log).await;
+    let labels = nodes.get(moved).await.unwrap().metadata.labels.unwrap();
+    assert_eq!(labels[LABEL_PARTITION], "fab-x");
+
+    // Without the controller, the bound pods and their claims stay.
+    drop(controller);
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for (job, nodes) in [("job-a", &a), ("job-b", &b)] {
+        let claim = claims.get(job).await.unwrap();
+        let allocation = claim.status.and_then(|s| s.allocation);
+        assert!(allocation.is_some(), "{job} lost its allocation");
+        for (i, node) in nodes.iter().enumerate() {
+            assert_eq!(
+                placement(&pods, &format!("{job}-{i}")).await.as_ref(),
+                Ok(node)
+            );
+        }
+    }
+    assert_eq!(partition_slices(&client).await.len(), 2, "slices kept");
+}

@@ -1,0 +1,305 @@
+//! Fabric partitions across nodes, for `ainic-dra controller`: which nodes
+//! have NICs in which RDMA fabric partition, read from the `fabric`
+//! attribute the node agents publish (the agents stay the only source of
+//! hardware facts), and the ResourceSlices that offer each partition as
+//! one device.
+//!
+//! Each partition is a pool of its own (`fabric-<partition>`) with one
+//! slice whose `nodeSelector` matches the node label
+//! [`LABEL_PARTITION`]`=<partition>`, which the controller keeps on exactly
+//! the partition's nodes (a slice selector has one term, and a field
+//! selector on `metadata.name` takes one value only, so a label is the way
+//! to name a set of nodes). A claim allocated the partition device carries
+//! that selector, so every pod sharing the claim is scheduled into the
+//! partition. With consumable capacity the device allows multiple
+//! allocations and offers capacity [`CAPACITY_NODES`], the partition's
+//! node count, so several jobs share a partition up to its size; without
+//! it, one claim takes the whole partition.
+//!
+//! A node whose NICs sit in several partitions is counted in the first
+//! (by name) only, since it can carry one label value.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{
+    CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
+    ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::names::{self, attr};
+use crate::validate::format;
+
+/// The node label naming a node's fabric partition, kept by the controller.
+pub const LABEL_PARTITION: &str = "ainic.amd.com/fabric-partition";
+/// Prefix of the controller's pool names.
+pub const POOL_PREFIX: &str = "fabric-";
+/// The `type` attribute of a partition device.
+pub const TYPE_PARTITION: &str = "fabric-partition";
+/// Capacity of a partition device: its nodes.
+pub const CAPACITY_NODES: &str = "nodes";
+/// Attribute: nodes in the partition.
+pub const ATTR_NODE_COUNT: &str = "nodeCount";
+/// Attribute: NICs (PFs) in the partition.
+pub const ATTR_NIC_COUNT: &str = "nicCount";
+/// Attribute: distinct rails in the partition.
+pub const ATTR_RAIL_COUNT: &str = "railCount";
+
+/// One fabric partition as the node agents' slices describe it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Partition {
+    /// Its name, as the `fabric` attribute gives it.
+    pub name: String,
+    /// Nodes with a NIC in it.
+    pub nodes: BTreeSet<String>,
+    /// PFs in it, over all its nodes.
+    pub nics: u64,
+    /// Rails of its NICs.
+    pub rails: BTreeSet<i64>,
+}
+
+fn attribute<'a>(device: &'a Device, driver: &str, id: &str) -> Option<&'a DeviceAttribute> {
+    let attrs = device.attributes.as_ref()?;
+    attrs
+        .get(&names::qualified(driver, id))
+        .or_else(|| attrs.get(id))
+}
+
+/// The newest generation of each node pool of `driver` among `slices`:
+/// (node, its devices). The controller's own pools are not node pools.
+fn node_devices<'a>(slices: &'a [ResourceSlice], driver: &str) -> Vec<(&'a str, &'a Device)> {
+    let ours = |s: &&ResourceSlice| s.spec.driver == driver && s.spec.node_name.is_some();
+    let mut newest: BTreeMap<&str, i64> = BTreeMap::new();
+    for s in slices.iter().filter(ours) {
+        let g = newest.entry(s.spec.pool.name.as_str()).or_insert(i64::MIN);
+        *g = (*g).max(s.spec.pool.generation);
+    }
+    slices
+        .iter()
+        .filter(ours)
+        .filter(|s| newest[s.spec.pool.name.as_str()] == s.spec.pool.generation)
+        .flat_map(|s| {
+            let node = s.spec.node_name.as_deref().unwrap_or_default();
+            s.spec.devices.iter().flatten().map(move |d| (node, d))
+        })
+        .collect()
+}
+
+/// The partitions the PFs of `driver`'s node slices name, by name.
+pub fn partitions(slices: &[ResourceSlice], driver: &str) -> BTreeMap<String, Partition> {
+    let mut by_node: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut out: BTreeMap<String, Partition> = BTreeMap::new();
+    for (node, device) in node_devices(slices, driver) {
+        let is_pf =
+            attribute(device, driver, attr::TYPE).and_then(|a| a.string.as_deref()) == Some("pf");
+        let fabric = attribute(device, driver, attr::FABRIC).and_then(|a| a.string.as_deref());
+        let Some(fabric) = fabric.filter(|f| is_pf && !f.is_empty()) else {
+            continue;
+        };
+        by_node.entry(node).or_default().insert(fabric);
+        let p = out.entry(fabric.to_string()).or_insert_with(|| Partition {
+            name: fabric.to_string(),
+            ..Partition::default()
+        });
+        p.nics += 1;
+        p.rails
+            .extend(attribute(device, driver, attr::RAIL).and_then(|a| a.int));
+    }
+    for (node, fabrics) in by_node {
+        if let Some(first) = fabrics.first() {
+            out.get_mut(*first)
+                .map(|p| p.nodes.insert(node.to_string()));
+        }
+    }
+    out.retain(|_, p| !p.nodes.is_empty());
+    out
+}
+
+/// `name` as a DNS label (lower case, `[a-z0-9-]`, at most 63), or `None`
+/// when nothing usable is left.
+pub fn label_of(name: &str) -> Option<String> {
+    let mut s: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    s.truncate(63 - POOL_PREFIX.len());
+    let s = s.trim_matches('-').to_string();
+    format::is_dns_label(&s).then_some(s)
+}
+
+fn string(value: &str) -> DeviceAttribute {
+    DeviceAttribute {
+        string: Some(value.to_string()),
+        ..DeviceAttribute::default()
+    }
+}
+
+fn int(value: i64) -> DeviceAttribute {
+    DeviceAttribute {
+        int: Some(value),
+        ..DeviceAttribute::default()
+    }
+}
+
+fn device(p: &Partition, driver: &str, label: &str, shared: bool) -> Device {
+    let q = |n: &str| names::qualified(driver, n);
+    let attributes = BTreeMap::from([
+        (q(attr::TYPE), string(TYPE_PARTITION)),
+        (q(attr::FABRIC), string(&p.name)),
+        (q(ATTR_NODE_COUNT), int(p.nodes.len() as i64)),
+        (q(ATTR_NIC_COUNT), int(p.nics as i64)),
+        (q(ATTR_RAIL_COUNT), int(p.rails.len() as i64)),
+    ]);
+    let one = || Quantity("1".to_string());
+    // Whole nodes: steps of one, where there is room for a step.
+    let step = (p.nodes.len() > 1).then(one);
+    let policy = shared.then(|| CapacityRequestPolicy {
+        default: Some(one()),
+        valid_range: Some(CapacityRequestPolicyRange {
+            min: one(),
+            step,
+            max: None,
+        }),
+        valid_values: None,
+    });
+    let capacity = BTreeMap::from([(
+        CAPACITY_NODES.to_string(),
+        DeviceCapacity {
+            value: Quantity(p.nodes.len().to_string()),
+            request_policy: policy,
+        },
+    )]);
+    Device {
+        name: label.to_string(),
+        attributes: Some(attributes),
+        capacity: Some(capacity),
+        allow_multiple_allocations: shared.then_some(true),
+        ..Device::default()
+    }
+}
+
+/// One slice per partition whose name makes a DNS label, each in pool
+/// `fabric-<label>` at `generation` 0 (the controller sets it), selecting
+/// the nodes labelled [`LABEL_PARTITION`]`=<label>`. `shared`: the device
+/// allows multiple allocations (`DRAConsumableCapacity`).
+pub fn partition_slices(
+    partitions: &BTreeMap<String, Partition>,
+    driver: &str,
+    shared: bool,
+) -> Vec<ResourceSlice> {
+    partitions
+        .values()
+        .filter_map(|p| {
+            let label = label_of(&p.name)?;
+            let pool = format!("{POOL_PREFIX}{label}");
+            let selector = NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: Some(vec![NodeSelectorRequirement {
+                        key: LABEL_PARTITION.to_string(),
+                        operator: "In".to_string(),
+                        values: Some(vec![label.clone()]),
+                    }]),
+                    match_fields: None,
+                }],
+            };
+            Some(ResourceSlice {
+                metadata: ObjectMeta {
+                    name: Some(format!("{driver}-{pool}")),
+                    ..ObjectMeta::default()
+                },
+                spec: ResourceSliceSpec {
+                    driver: driver.to_string(),
+                    pool: ResourcePool {
+                        name: pool,
+                        generation: 0,
+                        resource_slice_count: 1,
+                    },
+                    node_selector: Some(selector),
+                    devices: Some(vec![device(p, driver, &label, shared)]),
+                    ..ResourceSliceSpec::default()
+                },
+            })
+        })
+        .collect()
+}
+
+/// The [`LABEL_PARTITION`] value each node should carry.
+pub fn node_labels(partitions: &BTreeMap<String, Partition>) -> BTreeMap<String, String> {
+    partitions
+        .values()
+        .filter_map(|p| Some((label_of(&p.name)?, p)))
+        .flat_map(|(label, p)| p.nodes.iter().map(move |n| (n.clone(), label.clone())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FeatureGates, ModelConfig, ModelOptions, Release, build_slices, sample};
+
+    fn node_pool(node: &str, fabric: &str) -> Vec<ResourceSlice> {
+        let mut o = ModelOptions::new(node);
+        o.gates = FeatureGates::for_release(Release::NEWEST);
+        o.fabric.node_labels = BTreeMap::from([("ainic.amd.com/fabric".into(), fabric.into())]);
+        build_slices(&sample::inventory(2, 2), &ModelConfig::new(o).unwrap()).slices
+    }
+
+    #[test]
+    fn nodes_group_by_the_fabric_of_their_pfs() {
+        let mut slices = node_pool("n1", "pod-a");
+        slices.extend(node_pool("n2", "pod-a"));
+        slices.extend(node_pool("n3", "Pod_B"));
+        let parts = partitions(&slices, "ainic.amd.com");
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        let a = &parts["pod-a"];
+        assert_eq!(a.nodes, BTreeSet::from(["n1".into(), "n2".into()]));
+        assert_eq!(a.nics, 4, "two PFs per node, VFs not counted");
+        let labels = node_labels(&parts);
+        assert_eq!(labels["n3"], "pod-b");
+        let out = partition_slices(&parts, "ainic.amd.com", true);
+        assert_eq!(out.len(), 2);
+        for pool in &out {
+            let violations = crate::validate::check_pool(std::slice::from_ref(pool));
+            assert!(violations.is_empty(), "{violations:#?}");
+        }
+        let a = out
+            .iter()
+            .find(|s| s.spec.pool.name == "fabric-pod-a")
+            .unwrap();
+        let d = &a.spec.devices.as_ref().unwrap()[0];
+        assert_eq!(d.name, "pod-a");
+        assert_eq!(d.allow_multiple_allocations, Some(true));
+        assert_eq!(d.capacity.as_ref().unwrap()[CAPACITY_NODES].value.0, "2");
+        let term = &a.spec.node_selector.as_ref().unwrap().node_selector_terms[0];
+        let req = &term.match_expressions.as_ref().unwrap()[0];
+        assert_eq!(
+            (req.key.as_str(), req.values.as_deref()),
+            (LABEL_PARTITION, Some(&["pod-a".to_string()][..]))
+        );
+        assert!(
+            partition_slices(&parts, "ainic.amd.com", false)[0]
+                .spec
+                .devices
+                .as_ref()
+                .unwrap()[0]
+                .allow_multiple_allocations
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn only_the_newest_generation_of_a_pool_counts_and_odd_names_are_cleaned() {
+        let old = node_pool("n1", "pod-a");
+        let mut new = node_pool("n1", "pod-b");
+        for s in &mut new {
+            s.spec.pool.generation = 2;
+        }
+        let parts = partitions(&[old, new].concat(), "ainic.amd.com");
+        assert_eq!(parts.keys().collect::<Vec<_>>(), ["pod-b"]);
+        assert_eq!(label_of("Rack 7 / East").as_deref(), Some("rack-7---east"));
+        assert_eq!(label_of("__"), None);
+    }
+}
