@@ -4,7 +4,8 @@
 //! hardware facts), and the ResourceSlices that offer each partition as
 //! one device.
 //!
-//! Each partition is a pool of its own (`fabric-<partition>`) with one
+//! Each partition is a pool of its own (`fabric/<partition>`: a `/` no
+//! node name has, so it never meets a node's pool) with one
 //! slice whose `nodeSelector` matches the node label
 //! [`LABEL_PARTITION`]`=<partition>`, which the controller keeps on exactly
 //! the partition's nodes (a slice selector has one term, and a field
@@ -17,7 +18,11 @@
 //! it, one claim takes the whole partition.
 //!
 //! A node whose NICs sit in several partitions is counted in the first
-//! (by name) only, since it can carry one label value.
+//! (by name) only, since it can carry one label value. Nodes whose PFs are
+//! published as their VFs count too (their VFs carry the attribute); a NIC
+//! is counted once, by its PF's PCI address. Two partition names that make
+//! the same DNS label get a hash of the name appended, so each keeps a
+//! label, pool and slice of its own.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,7 +40,7 @@ use crate::validate::format;
 /// The node label naming a node's fabric partition, kept by the controller.
 pub const LABEL_PARTITION: &str = "ainic.amd.com/fabric-partition";
 /// Prefix of the controller's pool names.
-pub const POOL_PREFIX: &str = "fabric-";
+pub const POOL_PREFIX: &str = "fabric/";
 /// The `type` attribute of a partition device.
 pub const TYPE_PARTITION: &str = "fabric-partition";
 /// Capacity of a partition device: its nodes.
@@ -87,34 +92,74 @@ fn node_devices<'a>(slices: &'a [ResourceSlice], driver: &str) -> Vec<(&'a str, 
         .collect()
 }
 
-/// The partitions the PFs of `driver`'s node slices name, by name.
+/// The partitions the devices of `driver`'s node slices name, by name.
 pub fn partitions(slices: &[ResourceSlice], driver: &str) -> BTreeMap<String, Partition> {
     let mut by_node: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    let mut out: BTreeMap<String, Partition> = BTreeMap::new();
+    // (node, fabric) -> the PCI addresses of the NICs (PFs) seen in it, and rails.
+    let mut nics: BTreeMap<(&str, &str), BTreeSet<String>> = BTreeMap::new();
+    let mut rails: BTreeMap<(&str, &str), BTreeSet<i64>> = BTreeMap::new();
     for (node, device) in node_devices(slices, driver) {
-        let is_pf =
-            attribute(device, driver, attr::TYPE).and_then(|a| a.string.as_deref()) == Some("pf");
         let fabric = attribute(device, driver, attr::FABRIC).and_then(|a| a.string.as_deref());
-        let Some(fabric) = fabric.filter(|f| is_pf && !f.is_empty()) else {
+        let Some(fabric) = fabric.filter(|f| !f.is_empty()) else {
             continue;
         };
         by_node.entry(node).or_default().insert(fabric);
+        let pf = attribute(device, driver, attr::PHYSFN)
+            .or_else(|| device.attributes.as_ref()?.get(names::ATTR_PCI_BUS_ID))
+            .and_then(|a| a.string.clone())
+            .unwrap_or_else(|| device.name.clone());
+        nics.entry((node, fabric)).or_default().insert(pf);
+        let rail = attribute(device, driver, attr::RAIL).and_then(|a| a.int);
+        rails.entry((node, fabric)).or_default().extend(rail);
+    }
+    let mut out: BTreeMap<String, Partition> = BTreeMap::new();
+    for (node, fabrics) in by_node {
+        // One label per node: it belongs to its first partition only.
+        let Some(fabric) = fabrics.first() else {
+            continue;
+        };
         let p = out.entry(fabric.to_string()).or_insert_with(|| Partition {
             name: fabric.to_string(),
             ..Partition::default()
         });
-        p.nics += 1;
+        p.nodes.insert(node.to_string());
+        p.nics += nics.get(&(node, *fabric)).map_or(0, |s| s.len() as u64);
         p.rails
-            .extend(attribute(device, driver, attr::RAIL).and_then(|a| a.int));
+            .extend(rails.get(&(node, *fabric)).into_iter().flatten());
     }
-    for (node, fabrics) in by_node {
-        if let Some(first) = fabrics.first() {
-            out.get_mut(*first)
-                .map(|p| p.nodes.insert(node.to_string()));
+    out
+}
+
+/// The DNS label of each partition: [`label_of`] its name, with a hash of
+/// the name appended where two names give the same label.
+pub fn labels(partitions: &BTreeMap<String, Partition>) -> BTreeMap<String, String> {
+    let mut plain: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for name in partitions.keys() {
+        if let Some(label) = label_of(name) {
+            plain.entry(label).or_default().push(name);
         }
     }
-    out.retain(|_, p| !p.nodes.is_empty());
+    let mut out = BTreeMap::new();
+    for (label, names) in plain {
+        for name in &names {
+            let unique = if names.len() == 1 {
+                label.clone()
+            } else {
+                let mut base = label.clone();
+                base.truncate(63 - 9);
+                format!("{}-{:08x}", base.trim_end_matches('-'), fnv(name))
+            };
+            out.insert(name.to_string(), unique);
+        }
+    }
     out
+}
+
+/// FNV-1a, 32 bits: a short stable suffix.
+fn fnv(s: &str) -> u32 {
+    s.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// `name` as a DNS label (lower case, `[a-z0-9-]`, at most 63), or `None`
@@ -125,7 +170,7 @@ pub fn label_of(name: &str) -> Option<String> {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    s.truncate(63 - POOL_PREFIX.len());
+    s.truncate(63);
     let s = s.trim_matches('-').to_string();
     format::is_dns_label(&s).then_some(s)
 }
@@ -182,7 +227,7 @@ fn device(p: &Partition, driver: &str, label: &str, shared: bool) -> Device {
 }
 
 /// One slice per partition whose name makes a DNS label, each in pool
-/// `fabric-<label>` at `generation` 0 (the controller sets it), selecting
+/// `fabric/<label>` at `generation` 0 (the controller sets it), selecting
 /// the nodes labelled [`LABEL_PARTITION`]`=<label>`. `shared`: the device
 /// allows multiple allocations (`DRAConsumableCapacity`).
 pub fn partition_slices(
@@ -190,10 +235,11 @@ pub fn partition_slices(
     driver: &str,
     shared: bool,
 ) -> Vec<ResourceSlice> {
+    let labels = labels(partitions);
     partitions
         .values()
         .filter_map(|p| {
-            let label = label_of(&p.name)?;
+            let label = labels.get(&p.name)?.clone();
             let pool = format!("{POOL_PREFIX}{label}");
             let selector = NodeSelector {
                 node_selector_terms: vec![NodeSelectorTerm {
@@ -207,7 +253,7 @@ pub fn partition_slices(
             };
             Some(ResourceSlice {
                 metadata: ObjectMeta {
-                    name: Some(format!("{driver}-{pool}")),
+                    name: Some(format!("{driver}-fabric-{label}")),
                     ..ObjectMeta::default()
                 },
                 spec: ResourceSliceSpec {
@@ -228,9 +274,10 @@ pub fn partition_slices(
 
 /// The [`LABEL_PARTITION`] value each node should carry.
 pub fn node_labels(partitions: &BTreeMap<String, Partition>) -> BTreeMap<String, String> {
+    let labels = labels(partitions);
     partitions
         .values()
-        .filter_map(|p| Some((label_of(&p.name)?, p)))
+        .filter_map(|p| Some((labels.get(&p.name)?.clone(), p)))
         .flat_map(|(label, p)| p.nodes.iter().map(move |n| (n.clone(), label.clone())))
         .collect()
 }
@@ -256,7 +303,7 @@ mod tests {
         assert_eq!(parts.len(), 2, "{parts:?}");
         let a = &parts["pod-a"];
         assert_eq!(a.nodes, BTreeSet::from(["n1".into(), "n2".into()]));
-        assert_eq!(a.nics, 4, "two PFs per node, VFs not counted");
+        assert_eq!(a.nics, 4, "two NICs per node, each once with its VFs");
         let labels = node_labels(&parts);
         assert_eq!(labels["n3"], "pod-b");
         let out = partition_slices(&parts, "ainic.amd.com", true);
@@ -267,7 +314,7 @@ mod tests {
         }
         let a = out
             .iter()
-            .find(|s| s.spec.pool.name == "fabric-pod-a")
+            .find(|s| s.spec.pool.name == "fabric/pod-a")
             .unwrap();
         let d = &a.spec.devices.as_ref().unwrap()[0];
         assert_eq!(d.name, "pod-a");
@@ -301,5 +348,29 @@ mod tests {
         assert_eq!(parts.keys().collect::<Vec<_>>(), ["pod-b"]);
         assert_eq!(label_of("Rack 7 / East").as_deref(), Some("rack-7---east"));
         assert_eq!(label_of("__"), None);
+    }
+
+    #[test]
+    fn names_that_make_one_label_get_labels_of_their_own_and_vf_only_nodes_count() {
+        let mut slices = node_pool("n1", "pod_b");
+        slices.extend(node_pool("n2", "Pod-B"));
+        let mut o = ModelOptions::new("n3");
+        o.pf_with_vfs = crate::PfWithVfs::VfsOnly;
+        o.fabric.node_labels = BTreeMap::from([("ainic.amd.com/fabric".into(), "pod_b".into())]);
+        slices.extend(build_slices(&sample::inventory(2, 2), &ModelConfig::new(o).unwrap()).slices);
+        let parts = partitions(&slices, "ainic.amd.com");
+        assert_eq!(parts["pod_b"].nodes.len(), 2, "n3 publishes only VFs");
+        assert_eq!(parts["pod_b"].nics, 4);
+        let labels = labels(&parts);
+        assert_ne!(labels["pod_b"], labels["Pod-B"]);
+        assert!(
+            labels
+                .values()
+                .all(|l| l.starts_with("pod-b-") && l.len() == 14),
+            "{labels:?}"
+        );
+        let out = partition_slices(&parts, "ainic.amd.com", true);
+        let names: BTreeSet<_> = out.iter().map(|s| s.metadata.name.clone()).collect();
+        assert_eq!(names.len(), 2);
     }
 }

@@ -11,28 +11,38 @@
 //! claim's allocation carries the slice's node selector.
 //!
 //! One replica leads ([`lease`]); the others wait. The leader renews its
-//! Lease every [`RENEW_EVERY`] and runs a pass ([`reconcile`]) whenever a
-//! watch sees slices of the driver or Nodes change, and every resync. A
-//! pass writes only what differs, so at rest it writes nothing (the Lease
-//! renewal is the only write). Stopping the controller leaves its slices,
+//! Lease every [`RENEW_EVERY`] and stops writing when it could not for
+//! [`RENEW_DEADLINE`]. It runs a pass ([`reconcile`]) when a watch sees the
+//! driver's slices change or a Node come, go or change its partition label
+//! (at most once per [`PASS_GAP`]), and every resync. A pass writes only
+//! what differs, so at rest it writes nothing (the Lease renewal is the
+//! only write). Stopping the controller leaves its slices,
 //! labels and every claim allocated from them alone.
 
 pub mod lease;
 pub mod reconcile;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use dra_model::partitions::LABEL_PARTITION;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
-use crate::node::follow::watch;
+use crate::node::follow::{Seen, watch};
 
 /// How often the leader renews (and a candidate tries for) the Lease.
 pub const RENEW_EVERY: Duration = Duration::from_secs(2);
 /// How long a Lease holds without renewal.
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// A leader that could not renew for this long stops writing (well before
+/// the Lease expires for the others), as client-go's renew deadline.
+pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// Passes triggered by changes run at most this often.
+pub const PASS_GAP: Duration = Duration::from_secs(1);
 
 /// What the controller runs with.
 #[derive(Clone, Debug)]
@@ -62,6 +72,32 @@ fn nudge_on<K: Send + 'static>(mut seen: mpsc::Receiver<K>, nudges: mpsc::Sender
     });
 }
 
+/// Feeds a nudge into `nudges` when a Node comes or goes or its partition
+/// label changes: not on the status updates every kubelet sends.
+fn nudge_on_nodes(mut seen: mpsc::Receiver<Seen<Node>>, nudges: mpsc::Sender<()>) {
+    tokio::spawn(async move {
+        let mut labels: BTreeMap<String, Option<String>> = BTreeMap::new();
+        while let Some(event) = seen.recv().await {
+            let relevant = match event {
+                Seen::Applied(node) => {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    let label = (node.metadata.labels.as_ref())
+                        .and_then(|l| l.get(LABEL_PARTITION).cloned());
+                    labels.insert(name, label.clone()) != Some(label)
+                }
+                Seen::Deleted(node) => {
+                    labels.remove(&node.metadata.name.unwrap_or_default());
+                    true
+                }
+                Seen::Restarted => true,
+            };
+            if relevant && let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
+                return;
+            }
+        }
+    });
+}
+
 /// Runs until `shutdown` completes; gives the Lease up then.
 pub async fn run(
     client: kube::Client,
@@ -78,7 +114,7 @@ pub async fn run(
         watch(slices.clone(), by_driver, "resource slices"),
         nudge_tx.clone(),
     );
-    nudge_on(watch(nodes.clone(), String::new(), "nodes"), nudge_tx);
+    nudge_on_nodes(watch(nodes.clone(), String::new(), "nodes"), nudge_tx);
     let mut reconciler = reconcile::Reconciler {
         slices,
         nodes,
@@ -86,37 +122,96 @@ pub async fn run(
         shared: config.shared,
     };
     tokio::pin!(shutdown);
-    let mut leading = false;
+    let mut leadership = Leadership::default();
     let mut dirty = true;
-    let mut last_pass = tokio::time::Instant::now();
+    let mut last_pass: Option<Instant> = None;
     loop {
-        match elector.try_lead().await {
-            Ok(now) if now != leading => {
-                tracing::info!(identity = %config.identity, leading = now, "leadership changed");
-                leading = now;
-                dirty |= now;
-            }
-            Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "cannot renew the lease"),
+        if leadership.renew_due() {
+            let tried = tokio::time::timeout(RENEW_EVERY, elector.try_lead()).await;
+            leadership.record(tried.unwrap_or(Ok(false)), &config.identity);
         }
-        if leading && (dirty || last_pass.elapsed() >= config.resync_every) {
-            match reconciler.pass().await {
-                Ok(pass) => {
+        let resync = last_pass.is_none_or(|t| t.elapsed() >= config.resync_every);
+        let settled = last_pass.is_none_or(|t| t.elapsed() >= PASS_GAP);
+        if leadership.leading() && (resync || (dirty && settled)) {
+            // A pass must end while the lease still holds.
+            match tokio::time::timeout(RENEW_DEADLINE / 2, reconciler.pass()).await {
+                Ok(Ok(pass)) => {
                     dirty = false;
                     tracing::debug!(?pass, "pass done");
                 }
-                Err(error) => tracing::error!(%error, "pass failed; trying again"),
+                Ok(Err(error)) => tracing::error!(%error, "pass failed; trying again"),
+                Err(_) => tracing::error!("pass took too long; trying again"),
             }
-            last_pass = tokio::time::Instant::now();
+            last_pass = Some(Instant::now());
         }
         tokio::select! {
             () = &mut shutdown => break,
             Some(()) = nudges.recv() => dirty = true,
-            () = tokio::time::sleep(RENEW_EVERY) => {}
+            () = tokio::time::sleep(PASS_GAP) => {}
         }
     }
-    if leading && let Err(error) = elector.release().await {
+    if leadership.leading()
+        && let Err(error) = elector.release().await
+    {
         tracing::warn!(%error, "cannot give the lease up");
     }
     tracing::info!("controller stopped");
+}
+
+/// Whether this replica leads: it does while its last successful renewal
+/// is younger than [`RENEW_DEADLINE`], whatever the API says meanwhile.
+#[derive(Debug, Default)]
+struct Leadership {
+    renewed: Option<Instant>,
+    tried: Option<Instant>,
+    was_leading: bool,
+}
+
+impl Leadership {
+    fn renew_due(&self) -> bool {
+        self.tried.is_none_or(|t| t.elapsed() >= RENEW_EVERY)
+    }
+
+    fn record(&mut self, result: Result<bool, kube::Error>, identity: &str) {
+        let now = Instant::now();
+        self.tried = Some(now);
+        match result {
+            Ok(true) => self.renewed = Some(now),
+            Ok(false) => self.renewed = None,
+            Err(error) => tracing::warn!(%error, "cannot renew the lease"),
+        }
+        let leading = self.leading();
+        if leading != self.was_leading {
+            tracing::info!(%identity, leading, "leadership changed");
+            self.was_leading = leading;
+        }
+    }
+
+    fn leading(&self) -> bool {
+        self.renewed.is_some_and(|t| t.elapsed() < RENEW_DEADLINE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_cannot_renew_stops_leading_before_the_lease_expires() {
+        let mut l = Leadership::default();
+        assert!(!l.leading() && l.renew_due());
+        l.record(Ok(true), "me");
+        assert!(l.leading() && !l.renew_due());
+        tokio::time::advance(RENEW_EVERY).await;
+        assert!(l.renew_due());
+        // The API is down: still leading while the last renewal is young.
+        l.record(Err(kube::Error::LinesCodecMaxLineLengthExceeded), "me");
+        assert!(l.leading());
+        tokio::time::advance(RENEW_DEADLINE).await;
+        assert!(!l.leading(), "stopped well before {LEASE_DURATION:?}");
+        l.record(Ok(true), "me");
+        assert!(l.leading());
+        l.record(Ok(false), "me");
+        assert!(!l.leading(), "someone else holds it");
+    }
 }

@@ -77,6 +77,8 @@ impl Reconciler {
             ..Pass::default()
         };
         pass.labels = self.label_nodes(&partitions::node_labels(&found)).await?;
+        // A node that could not be labelled is logged and tried again at the
+        // next pass; the slices are written regardless.
         let desired = partitions::partition_slices(&found, &self.driver, self.shared);
         let ours: Vec<ResourceSlice> = (all.into_iter())
             .filter(|s| s.spec.node_name.is_none() && s.spec.pool.name.starts_with(POOL_PREFIX))
@@ -88,7 +90,8 @@ impl Reconciler {
     /// Sets [`LABEL_PARTITION`] to `wanted` on every node, removing it from
     /// nodes not in any partition; how many nodes changed.
     async fn label_nodes(&self, wanted: &BTreeMap<String, String>) -> Result<usize, PassError> {
-        let nodes = self.nodes.list(&ListParams::default()).await;
+        // Metadata only: a cluster's full Node objects are large.
+        let nodes = self.nodes.list_metadata(&ListParams::default()).await;
         let nodes = nodes.map_err(failed("list nodes"))?.items;
         let mut changed = 0;
         for node in nodes {
@@ -104,9 +107,17 @@ impl Reconciler {
                 .nodes
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
-            done.map_err(failed(format!("label node {name}")))?;
-            tracing::info!(node = %name, partition = ?want, "node partition label set");
-            changed += 1;
+            match done {
+                Ok(_) => {
+                    tracing::info!(node = %name, partition = ?want, "node partition label set");
+                    changed += 1;
+                }
+                // Deleted since the list: nothing to label.
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "cannot label the node; trying again at the next pass");
+                }
+            }
         }
         Ok(changed)
     }

@@ -68,7 +68,7 @@ async fn partition_slices(client: &kube::Client) -> BTreeMap<String, (i64, Strin
         .unwrap();
     list.items
         .into_iter()
-        .filter(|s| s.spec.pool.name.starts_with("fabric-"))
+        .filter(|s| s.spec.pool.name.starts_with("fabric/"))
         .map(|s| {
             let device = &s.spec.devices.as_ref().unwrap()[0];
             let attrs = device.attributes.as_ref().unwrap();
@@ -187,7 +187,7 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
 
     let log = bed.dir().join("controller.log");
     let controller = start_controller(bed, &log).await;
-    wait_partitions(&client, &[("fabric-fab-x", 2), ("fabric-fab-y", 2)], &log).await;
+    wait_partitions(&client, &[("fabric/fab-x", 2), ("fabric/fab-y", 2)], &log).await;
     let nodes: Api<Node> = Api::all(client.clone());
     for node in X {
         let labels = nodes.get(node).await.unwrap().metadata.labels.unwrap();
@@ -208,12 +208,23 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
 
-    // Job A fills one partition, job B the other: each wholly in one.
+    // Job A fills one partition, job B the other: each wholly in one, and
+    // each claim's allocation pins its pods to that partition's label.
     let a = run_job(&pods, &claims, "job-a").await;
     assert_eq!(partition_of(&a[0]), partition_of(&a[1]), "job-a on {a:?}");
     let b = run_job(&pods, &claims, "job-b").await;
     assert_eq!(partition_of(&b[0]), partition_of(&b[1]), "job-b on {b:?}");
     assert_ne!(partition_of(&a[0]), partition_of(&b[0]), "a {a:?}, b {b:?}");
+    for (job, on) in [("job-a", &a), ("job-b", &b)] {
+        let claim = claims.get(job).await.unwrap();
+        let allocation = claim.status.and_then(|s| s.allocation).unwrap();
+        let selector = serde_json::to_string(&allocation.node_selector).unwrap();
+        let label = format!("fab-{}", partition_of(&on[0]));
+        assert!(
+            selector.contains(LABEL_PARTITION) && selector.contains(&format!("\"{label}\"")),
+            "{job}: {selector}"
+        );
+    }
 
     // Job C fits no partition: pending, and the scheduler says why.
     let c = example("job-c");
@@ -238,7 +249,7 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
         .patch(moved, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    wait_partitions(&client, &[("fabric-fab-x", 3), ("fabric-fab-y", 1)], &log).await;
+    wait_partitions(&client, &[("fabric/fab-x", 3), ("fabric/fab-y", 1)], &log).await;
     let labels = nodes.get(moved).await.unwrap().metadata.labels.unwrap();
     assert_eq!(labels[LABEL_PARTITION], "fab-x");
 

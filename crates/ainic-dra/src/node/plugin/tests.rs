@@ -705,7 +705,7 @@ async fn a_fabric_partition_claim_is_prepared_with_nothing_to_attach() {
     h.claims.put(claim(
         "job-a",
         "u1",
-        &[("fabric", D, "fabric-pod-a", "pod-a")],
+        &[("fabric", D, "fabric/pod-a", "pod-a")],
         json!([]),
     ));
     let out = h.driver.prepare(&[r("job-a", "u1")]).await;
