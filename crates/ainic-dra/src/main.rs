@@ -30,7 +30,7 @@ enum Command {
     Discover(cli::discover::DiscoverArgs),
     /// Print the ResourceSlices the node agent would publish for a sysfs tree.
     Slices(cli::slices::SlicesArgs),
-    /// Print the DeviceClasses shipped with the driver (exclusive PFs, VFs, shared PFs).
+    /// Print the DeviceClasses shipped with the driver (exclusive PFs, VFs, shared PFs, fabric partitions).
     Deviceclasses(cli::deviceclasses::DeviceClassesArgs),
     /// Run the node agent: kubelet DRA plugin, ResourceSlice publisher, classic device plugin.
     Node(cli::node::NodeArgs),

@@ -168,12 +168,15 @@ fn unknown_feature_gate_is_named() {
 }
 
 #[test]
-fn deviceclasses_prints_the_three_classes() {
+fn deviceclasses_prints_the_shipped_classes() {
     let out = ainic(&["deviceclasses"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     let names: Vec<String> = serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| DeviceClass::deserialize(d).unwrap().metadata.name.unwrap())
         .collect();
-    assert_eq!(names, ["ainic-pf", "ainic-vf", "ainic-shared"]);
+    assert_eq!(
+        names,
+        ["ainic-pf", "ainic-vf", "ainic-shared", "ainic-fabric"]
+    );
 }

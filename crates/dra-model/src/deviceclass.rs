@@ -73,7 +73,7 @@ mod tests {
         let sel = class_selectors("ainic.amd.com");
         assert_eq!(
             sel.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-            ["ainic-pf", "ainic-vf", "ainic-shared"]
+            ["ainic-pf", "ainic-vf", "ainic-shared", "ainic-fabric"]
         );
         for (_, expr) in &sel {
             assert!(expr.contains("device.driver == \"ainic.amd.com\""));
@@ -81,12 +81,13 @@ mod tests {
         assert!(sel[0].1.contains(".type == \"pf\"") && sel[0].1.contains("!device.attributes"));
         assert!(sel[1].1.contains(".type == \"vf\""));
         assert!(sel[2].1.contains(".type == \"pf\"") && !sel[2].1.contains('!'));
+        assert!(sel[3].1.ends_with(".type == \"fabric-partition\""));
     }
 
     #[test]
     fn yaml_has_api_version_and_kind() {
         let y = device_classes_yaml("ainic.amd.com").unwrap();
-        assert_eq!(y.matches("apiVersion: resource.k8s.io/v1").count(), 3);
-        assert_eq!(y.matches("kind: DeviceClass").count(), 3);
+        assert_eq!(y.matches("apiVersion: resource.k8s.io/v1").count(), 4);
+        assert_eq!(y.matches("kind: DeviceClass").count(), 4);
     }
 }
