@@ -162,6 +162,12 @@ async fn main() {
         .arg(tmp.path().join("cdi"))
         .arg("--state-dir")
         .arg(tmp.path().join("state"))
+        // Extra agent flags, e.g. `--device-metadata=false` to see its cost.
+        .args(
+            std::env::var("PREPARE_BENCH_AGENT_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
