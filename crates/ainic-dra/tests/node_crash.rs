@@ -285,19 +285,19 @@ async fn renumbered_devices_never_reach_a_spec_after_a_restart_or_while_running(
 
     // Renumbered while the agent runs: the next inventory refresh rebuilds it.
     renumber(&world, &path, "231:251");
+    // The agent writes the spec before it counts the rebuild, so wait for
+    // both: one rebuild at start-up, one after the refresh.
+    let rebuilt_twice = "ainic_dra_cdi_specs_rebuilt_total 2";
+    let mut metrics = String::new();
     for _ in 0..200 {
-        if verbs_in_spec(&world, &claim.uid).1 == "231:251" {
+        metrics = node_support::http_get(&agent.http, "/metrics").await.1;
+        if verbs_in_spec(&world, &claim.uid).1 == "231:251" && metrics.contains(rebuilt_twice) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(verbs_in_spec(&world, &claim.uid).1, "231:251");
-    let (_, metrics) = node_support::http_get(&agent.http, "/metrics").await;
-    // One rebuild at start-up, one after the refresh.
-    assert!(
-        metrics.contains("ainic_dra_cdi_specs_rebuilt_total 2"),
-        "{metrics}"
-    );
+    assert!(metrics.contains(rebuilt_twice), "{metrics}");
     kubelet
         .unprepare_v1(std::slice::from_ref(&claim))
         .await
