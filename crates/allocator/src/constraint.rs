@@ -7,6 +7,16 @@
 //! unchecked, so two devices of one request may repeat a value, and a
 //! later request is compared only with each earlier request's last device;
 //! 1.37 keeps every value. Both are followed (`per_request`).
+//!
+//! With `DRAListTypeAttributes` (1.36+) values compare as sets, a scalar
+//! being a set of one: `matchAttribute` wants the devices' sets to share
+//! at least one element, `distinctAttribute` wants them pairwise
+//! disjoint, and a value that is no set (none, or an empty list) is
+//! refused. 1.36 narrows one running intersection that removing a device
+//! does not widen again; 1.37 restores it (`Rules::match_sets_restored`).
+//! Without the gate only scalars of one type compare: a list or a missing
+//! value is refused except as a claim's first `matchAttribute` device
+//! (or any first `distinctAttribute` one), as upstream's scalar switch.
 
 use crate::model::{AttributeValue, DeviceInfo};
 use crate::request::ConstraintSpec;
@@ -21,6 +31,60 @@ pub(crate) struct ConstraintState {
     /// `distinctAttribute` as up to 1.36: one value per request, and a
     /// device count, as upstream's map and counter.
     per_request: Option<PerRequest>,
+    /// Set semantics (`DRAListTypeAttributes`).
+    sets: Option<SetRules>,
+}
+
+/// How the set semantics of one release behave.
+#[derive(Debug, Clone, Default)]
+struct SetRules {
+    /// Removing a device restores the intersection of those before (1.37).
+    restored: bool,
+    /// `matchAttribute`'s running intersections, the last the current one.
+    intersections: Vec<ValueSet>,
+}
+
+/// The elements of a value as a set, by type (sets of different types
+/// never meet).
+#[derive(Debug, Clone, PartialEq)]
+enum ValueSet {
+    Ints(Vec<i64>),
+    Bools(Vec<bool>),
+    Strings(Vec<String>),
+    Versions(Vec<crate::semver::Semver>),
+}
+
+impl ValueSet {
+    /// The value as a set; `None` for no value or an empty list.
+    fn of(value: &AttributeValue) -> Option<ValueSet> {
+        let set = match value {
+            AttributeValue::Int(i) => ValueSet::Ints(vec![*i]),
+            AttributeValue::Bool(b) => ValueSet::Bools(vec![*b]),
+            AttributeValue::String(s) => ValueSet::Strings(vec![s.clone()]),
+            AttributeValue::Version(v) => ValueSet::Versions(vec![v.clone()]),
+            AttributeValue::Ints(v) if !v.is_empty() => ValueSet::Ints(v.clone()),
+            AttributeValue::Bools(v) if !v.is_empty() => ValueSet::Bools(v.clone()),
+            AttributeValue::Strings(v) if !v.is_empty() => ValueSet::Strings(v.clone()),
+            AttributeValue::Versions(v) if !v.is_empty() => ValueSet::Versions(v.clone()),
+            _ => return None,
+        };
+        Some(set)
+    }
+
+    /// The common elements, or `None` when there are none.
+    fn meet(&self, other: &ValueSet) -> Option<ValueSet> {
+        fn common<T: PartialEq + Clone>(a: &[T], b: &[T]) -> Option<Vec<T>> {
+            let both: Vec<T> = a.iter().filter(|x| b.contains(x)).cloned().collect();
+            (!both.is_empty()).then_some(both)
+        }
+        match (self, other) {
+            (ValueSet::Ints(a), ValueSet::Ints(b)) => common(a, b).map(ValueSet::Ints),
+            (ValueSet::Bools(a), ValueSet::Bools(b)) => common(a, b).map(ValueSet::Bools),
+            (ValueSet::Strings(a), ValueSet::Strings(b)) => common(a, b).map(ValueSet::Strings),
+            (ValueSet::Versions(a), ValueSet::Versions(b)) => common(a, b).map(ValueSet::Versions),
+            _ => None,
+        }
+    }
 }
 
 /// Upstream's `distinctAttribute` state up to 1.36.
@@ -34,19 +98,32 @@ struct PerRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Rejection {
     MissingAttribute,
-    Differs { wanted: AttributeValue },
-    Repeats { value: AttributeValue },
+    /// A value the constraint cannot compare (see the module doc).
+    Incomparable {
+        value: AttributeValue,
+    },
+    Differs {
+        wanted: AttributeValue,
+    },
+    Repeats {
+        value: AttributeValue,
+    },
 }
 
 impl ConstraintState {
     /// `per_request`: the release keeps one `distinctAttribute` value per
-    /// request (up to 1.36).
-    pub fn new(spec: ConstraintSpec, per_request: bool) -> ConstraintState {
+    /// request (up to 1.36). `sets`: values compare as sets
+    /// (`DRAListTypeAttributes`), `Some(restored)` as [`SetRules`].
+    pub fn new(spec: ConstraintSpec, per_request: bool, sets: Option<bool>) -> ConstraintState {
         let per_request = (per_request && spec.distinct).then(PerRequest::default);
         ConstraintState {
             spec,
             values: Vec::new(),
             per_request,
+            sets: sets.map(|restored| SetRules {
+                restored,
+                intersections: Vec::new(),
+            }),
         }
     }
 
@@ -74,22 +151,67 @@ impl ConstraintState {
             if state.devices == 0 {
                 return Ok(());
             }
-            return match state.values.values().find(|v| *v == value) {
-                Some(v) => Err(Rejection::Repeats { value: v.clone() }),
-                None => Ok(()),
-            };
+            return self.distinct(value, state.values.values());
         }
         if self.spec.distinct {
-            return match self.values.iter().map(|(_, v)| v).find(|v| *v == value) {
-                Some(v) => Err(Rejection::Repeats { value: v.clone() }),
+            return self.distinct(value, self.values.iter().map(|(_, v)| v));
+        }
+        self.matching(value)
+    }
+
+    /// `distinctAttribute`: `value` against the values held.
+    fn distinct<'v>(
+        &self,
+        value: &AttributeValue,
+        mut held: impl Iterator<Item = &'v AttributeValue>,
+    ) -> Result<(), Rejection> {
+        let incomparable = || Rejection::Incomparable {
+            value: value.clone(),
+        };
+        let repeats = |v: &AttributeValue| Rejection::Repeats { value: v.clone() };
+        if self.sets.is_some() {
+            let new = ValueSet::of(value).ok_or_else(incomparable)?;
+            return match held.find(|v| ValueSet::of(v).is_some_and(|old| old.meet(&new).is_some()))
+            {
+                Some(v) => Err(repeats(v)),
                 None => Ok(()),
             };
         }
-        match self.values.first() {
-            Some((_, first)) if first != value => Err(Rejection::Differs {
+        match held.next() {
+            None => Ok(()),
+            Some(_) if !value.is_scalar() => Err(incomparable()),
+            Some(first) => match std::iter::once(first).chain(held).find(|v| *v == value) {
+                Some(v) => Err(repeats(v)),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// `matchAttribute`: `value` against the first device's value (or the
+    /// running intersection).
+    fn matching(&self, value: &AttributeValue) -> Result<(), Rejection> {
+        let incomparable = || Rejection::Incomparable {
+            value: value.clone(),
+        };
+        let first = self.values.first().map(|(_, v)| v);
+        if let Some(sets) = &self.sets {
+            let new = ValueSet::of(value).ok_or_else(incomparable)?;
+            return match (first, sets.intersections.last()) {
+                (Some(first), Some(current)) if current.meet(&new).is_none() => {
+                    Err(Rejection::Differs {
+                        wanted: first.clone(),
+                    })
+                }
+                _ => Ok(()),
+            };
+        }
+        match first {
+            None => Ok(()),
+            Some(_) if !value.is_scalar() => Err(incomparable()),
+            Some(first) if first != value => Err(Rejection::Differs {
                 wanted: first.clone(),
             }),
-            _ => Ok(()),
+            Some(_) => Ok(()),
         }
     }
 
@@ -102,6 +224,19 @@ impl ConstraintState {
         if let Some(state) = &mut self.per_request {
             state.values.insert(request.to_owned(), value.clone());
             state.devices += 1;
+        }
+        if let Some(sets) = &mut self.sets
+            && !self.spec.distinct
+            && let Some(new) = ValueSet::of(value)
+        {
+            let narrowed = match sets.intersections.last() {
+                Some(current) if !self.values.is_empty() => current.meet(&new),
+                _ => {
+                    sets.intersections.clear();
+                    Some(new)
+                }
+            };
+            sets.intersections.extend(narrowed);
         }
         self.values.push((request.to_owned(), value.clone()));
     }
@@ -116,16 +251,31 @@ impl ConstraintState {
             state.values.remove(&request);
             state.devices = state.devices.saturating_sub(1);
         }
+        if let Some(sets) = &mut self.sets
+            && sets.restored
+        {
+            sets.intersections.truncate(self.values.len());
+        }
     }
 }
 
 /// A value as people read it.
 pub(crate) fn show(value: &AttributeValue) -> String {
+    fn list<T>(items: &[T], one: impl Fn(&T) -> String) -> String {
+        let items: Vec<String> = items.iter().map(one).collect();
+        format!("[{}]", items.join(", "))
+    }
+    let version = |v: &crate::semver::Semver| format!("{}.{}.{}", v.major, v.minor, v.patch);
     match value {
         AttributeValue::Int(i) => i.to_string(),
         AttributeValue::Bool(b) => b.to_string(),
         AttributeValue::String(s) => format!("{s:?}"),
-        AttributeValue::Version(v) => format!("{}.{}.{}", v.major, v.minor, v.patch),
+        AttributeValue::Version(v) => version(v),
+        AttributeValue::Ints(v) => list(v, i64::to_string),
+        AttributeValue::Bools(v) => list(v, bool::to_string),
+        AttributeValue::Strings(v) => list(v, |s| format!("{s:?}")),
+        AttributeValue::Versions(v) => list(v, version),
+        AttributeValue::Unset => "no value".to_owned(),
     }
 }
 
@@ -160,7 +310,7 @@ mod tests {
 
     #[test]
     fn match_attribute_pins_the_first_value() {
-        let mut c = ConstraintState::new(spec(false, &[]), false);
+        let mut c = ConstraintState::new(spec(false, &[]), false, None);
         assert!(c.check(&device(Some("pci0000:00"))).is_ok());
         c.add("r", &device(Some("pci0000:00")));
         assert!(c.check(&device(Some("pci0000:00"))).is_ok());
@@ -175,7 +325,7 @@ mod tests {
 
     #[test]
     fn distinct_attribute_rejects_repeats() {
-        let mut c = ConstraintState::new(spec(true, &[]), false);
+        let mut c = ConstraintState::new(spec(true, &[]), false, None);
         c.add("r", &device(Some("a")));
         assert!(c.check(&device(Some("b"))).is_ok());
         assert!(matches!(
@@ -188,7 +338,7 @@ mod tests {
     /// request may repeat the value of an earlier request's first device.
     #[test]
     fn up_to_1_36_distinct_keeps_each_requests_last_value() {
-        let mut c = ConstraintState::new(spec(true, &[]), true);
+        let mut c = ConstraintState::new(spec(true, &[]), true, None);
         c.add("r1", &device(Some("a")));
         assert!(c.check(&device(Some("b"))).is_ok());
         c.add("r1", &device(Some("b")));
@@ -201,9 +351,95 @@ mod tests {
         assert!(c.check(&device(Some("b"))).is_ok(), "r1's entry is gone");
     }
 
+    /// A device whose pcieRoot attribute is `value`.
+    fn with(value: AttributeValue) -> DeviceInfo {
+        let mut d = crate::model::test_device("x");
+        d.attributes = BTreeMap::from([(
+            "resource.kubernetes.io".to_owned(),
+            BTreeMap::from([("pcieRoot".to_owned(), value)]),
+        )]);
+        d
+    }
+
+    fn strings(items: &[&str]) -> DeviceInfo {
+        with(AttributeValue::Strings(
+            items.iter().map(|s| s.to_string()).collect(),
+        ))
+    }
+
+    #[test]
+    fn with_lists_match_attribute_narrows_a_common_element() {
+        let mut c = ConstraintState::new(spec(false, &[]), false, Some(true));
+        c.add("r", &strings(&["a", "b", "c"]));
+        c.add("r", &strings(&["b", "c"]));
+        // A scalar is a set of one; the intersection is now {b, c}.
+        assert!(c.check(&device(Some("c"))).is_ok());
+        assert!(matches!(
+            c.check(&strings(&["a"])),
+            Err(Rejection::Differs { .. })
+        ));
+        assert!(matches!(
+            c.check(&with(AttributeValue::Ints(vec![1]))),
+            Err(Rejection::Differs { .. })
+        ));
+        assert!(matches!(
+            c.check(&with(AttributeValue::Unset)),
+            Err(Rejection::Incomparable { .. })
+        ));
+        // 1.37: removing the second device widens the intersection again.
+        c.remove_last();
+        assert!(c.check(&strings(&["a"])).is_ok());
+    }
+
+    /// 1.36 narrows one intersection in place; removing a device keeps it.
+    #[test]
+    fn in_1_36_match_attribute_keeps_the_narrowed_intersection() {
+        let mut c = ConstraintState::new(spec(false, &[]), false, Some(false));
+        c.add("r", &strings(&["a", "b"]));
+        c.add("r", &strings(&["b"]));
+        c.remove_last();
+        assert!(c.check(&strings(&["a"])).is_err());
+        // Until the set is empty: the next first device starts anew.
+        c.remove_last();
+        c.add("r", &strings(&["a"]));
+        assert!(c.check(&strings(&["a", "z"])).is_ok());
+    }
+
+    #[test]
+    fn with_lists_distinct_attribute_wants_disjoint_sets() {
+        let mut c = ConstraintState::new(spec(true, &[]), false, Some(true));
+        assert!(matches!(
+            c.check(&strings(&[])),
+            Err(Rejection::Incomparable { .. })
+        ));
+        c.add("r", &strings(&["a", "b"]));
+        assert!(c.check(&strings(&["c", "d"])).is_ok());
+        assert!(matches!(
+            c.check(&device(Some("b"))),
+            Err(Rejection::Repeats { .. })
+        ));
+        // Sets of another type never meet.
+        assert!(c.check(&with(AttributeValue::Ints(vec![1]))).is_ok());
+    }
+
+    /// Without the gate only scalars compare: a list is taken as the first
+    /// device and refused after.
+    #[test]
+    fn without_lists_a_list_value_is_refused_after_the_first_device() {
+        for distinct in [false, true] {
+            let mut c = ConstraintState::new(spec(distinct, &[]), false, None);
+            assert!(c.check(&strings(&["a"])).is_ok(), "distinct {distinct}");
+            c.add("r", &strings(&["a"]));
+            assert!(matches!(
+                c.check(&strings(&["a"])),
+                Err(Rejection::Incomparable { .. })
+            ));
+        }
+    }
+
     #[test]
     fn request_scoping_includes_subrequests() {
-        let c = ConstraintState::new(spec(false, &["gpu", "nic/big"]), false);
+        let c = ConstraintState::new(spec(false, &["gpu", "nic/big"]), false, None);
         assert!(c.applies_to("gpu", None));
         assert!(c.applies_to("gpu", Some("any")));
         assert!(c.applies_to("nic", Some("big")));

@@ -85,9 +85,11 @@ impl Allocator {
     ) -> Result<Allocator, InputError> {
         let parsed = slices
             .iter()
-            .map(SliceInfo::parse)
+            .map(|s| SliceInfo::parse(s, features.release.has_list_type_attributes()))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut cache = SelectorCache::default();
+        let mut cache = SelectorCache::new(
+            features.list_type_attributes && features.release.has_list_type_attributes(),
+        );
         let mut class_map = ClassMap::new();
         for class in classes {
             let name = class.metadata.name.clone().unwrap_or_default();

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::NodeSelector;
-use k8s_openapi::api::resource::v1::{Device, DeviceTaint, ResourceSlice};
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, DeviceTaint, ResourceSlice};
 
 use crate::error::InputError;
 use crate::quantity::Quantity;
@@ -22,6 +22,31 @@ pub enum AttributeValue {
     String(String),
     /// `version` (semver).
     Version(Semver),
+    /// `ints` (`DRAListTypeAttributes`, from 1.36).
+    Ints(Vec<i64>),
+    /// `bools`.
+    Bools(Vec<bool>),
+    /// `strings`.
+    Strings(Vec<String>),
+    /// `versions`.
+    Versions(Vec<Semver>),
+    /// No value the release knows: upstream keeps such an attribute, a
+    /// constraint finds it unusable and a CEL selector evaluated on its
+    /// device fails ("unsupported attribute value").
+    Unset,
+}
+
+impl AttributeValue {
+    /// Whether the value is one of the four scalars.
+    pub fn is_scalar(&self) -> bool {
+        matches!(
+            self,
+            AttributeValue::Int(_)
+                | AttributeValue::Bool(_)
+                | AttributeValue::String(_)
+                | AttributeValue::Version(_)
+        )
+    }
 }
 
 /// A capacity request policy, parsed.
@@ -99,10 +124,13 @@ pub(crate) fn split_qualified<'a>(name: &'a str, driver: &'a str) -> (&'a str, &
 
 impl DeviceInfo {
     /// Parses one device of a slice of `driver`.
+    /// `lists_known`: the release has list-typed attributes (1.36+);
+    /// before, their fields are unknown and the attribute has no value.
     pub(crate) fn parse(
         slice: &str,
         driver: &str,
         device: &Device,
+        lists_known: bool,
     ) -> Result<DeviceInfo, InputError> {
         let bad = |what: String| InputError::Slice {
             slice: slice.to_owned(),
@@ -113,20 +141,8 @@ impl DeviceInfo {
         let mut raw: Vec<_> = device.attributes.iter().flatten().collect();
         raw.sort_by_key(|(name, _)| name.contains('/'));
         for (name, attribute) in raw {
-            let value = match (
-                &attribute.int,
-                &attribute.bool,
-                &attribute.string,
-                &attribute.version,
-            ) {
-                (Some(i), None, None, None) => AttributeValue::Int(*i),
-                (None, Some(b), None, None) => AttributeValue::Bool(*b),
-                (None, None, Some(s), None) => AttributeValue::String(s.clone()),
-                (None, None, None, Some(v)) => {
-                    AttributeValue::Version(Semver::parse(v).map_err(|e| bad(e.to_string()))?)
-                }
-                _ => return Err(bad(format!("attribute {name} must have exactly one value"))),
-            };
+            let value = attribute_value(attribute, lists_known)
+                .map_err(|e| bad(format!("attribute {name}: {e}")))?;
             let (domain, id) = split_qualified(name, driver);
             attributes
                 .entry(domain.to_owned())
@@ -199,6 +215,53 @@ impl DeviceInfo {
     pub(crate) fn attribute(&self, qualified: &str) -> Option<&AttributeValue> {
         let (domain, id) = qualified.split_once('/')?;
         self.attributes.get(domain)?.get(id)
+    }
+}
+
+/// The one value of an attribute. Versions must parse; two values are
+/// an error (the API server refuses both, upstream would pick one).
+fn attribute_value(
+    attribute: &DeviceAttribute,
+    lists_known: bool,
+) -> Result<AttributeValue, String> {
+    let versions = |v: &[String]| {
+        v.iter()
+            .map(|v| Semver::parse(v).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let mut values = Vec::new();
+    if let Some(i) = attribute.int {
+        values.push(AttributeValue::Int(i));
+    }
+    if let Some(b) = attribute.bool {
+        values.push(AttributeValue::Bool(b));
+    }
+    if let Some(s) = &attribute.string {
+        values.push(AttributeValue::String(s.clone()));
+    }
+    if let Some(v) = &attribute.version {
+        values.push(AttributeValue::Version(
+            Semver::parse(v).map_err(|e| e.to_string())?,
+        ));
+    }
+    if lists_known {
+        if let Some(i) = &attribute.ints {
+            values.push(AttributeValue::Ints(i.clone()));
+        }
+        if let Some(b) = &attribute.bools {
+            values.push(AttributeValue::Bools(b.clone()));
+        }
+        if let Some(s) = &attribute.strings {
+            values.push(AttributeValue::Strings(s.clone()));
+        }
+        if let Some(v) = &attribute.versions {
+            values.push(AttributeValue::Versions(versions(v)?));
+        }
+    }
+    match values.len() {
+        0 => Ok(AttributeValue::Unset),
+        1 => Ok(values.remove(0)),
+        _ => Err("must have exactly one value".to_owned()),
     }
 }
 
@@ -281,7 +344,8 @@ pub(crate) struct SliceInfo {
 }
 
 impl SliceInfo {
-    pub(crate) fn parse(slice: &ResourceSlice) -> Result<SliceInfo, InputError> {
+    /// `lists_known` as for [`DeviceInfo::parse`].
+    pub(crate) fn parse(slice: &ResourceSlice, lists_known: bool) -> Result<SliceInfo, InputError> {
         let name = slice.metadata.name.clone().unwrap_or_default();
         let spec = &slice.spec;
         let bad = |reason: &str| InputError::Slice {
@@ -305,7 +369,7 @@ impl SliceInfo {
         let api_devices = spec.devices.as_deref().unwrap_or_default();
         let devices = api_devices
             .iter()
-            .map(|d| DeviceInfo::parse(&name, &spec.driver, d))
+            .map(|d| DeviceInfo::parse(&name, &spec.driver, d, lists_known))
             .collect::<Result<Vec<_>, _>>()?;
         let shared_counters = spec
             .shared_counters
@@ -359,5 +423,31 @@ pub(crate) fn test_device(name: &str) -> DeviceInfo {
         has_binding_conditions: false,
         binding: (vec![], vec![]),
         binds_to_node: false,
+    }
+}
+
+#[cfg(test)]
+mod attribute_tests {
+    use super::*;
+
+    fn attribute(json: serde_json::Value) -> DeviceAttribute {
+        serde_json::from_value(json).unwrap()
+    }
+
+    /// Before 1.36 the list fields are unknown, so such an attribute has
+    /// no value; two values are an error either way.
+    #[test]
+    fn list_values_exist_from_1_36() {
+        let ints = attribute(serde_json::json!({"ints": [1, 2]}));
+        assert_eq!(
+            attribute_value(&ints, true),
+            Ok(AttributeValue::Ints(vec![1, 2]))
+        );
+        assert_eq!(attribute_value(&ints, false), Ok(AttributeValue::Unset));
+        let versions = attribute(serde_json::json!({"versions": ["1.0.0", "01.0"]}));
+        assert!(attribute_value(&versions, true).is_err());
+        let two = attribute(serde_json::json!({"int": 1, "strings": ["a"]}));
+        assert!(attribute_value(&two, true).is_err());
+        assert_eq!(attribute_value(&two, false), Ok(AttributeValue::Int(1)));
     }
 }

@@ -180,6 +180,10 @@ pub struct Rules {
     /// `distinctAttribute` keeps one value per request (see `constraint`):
     /// up to 1.36.
     pub distinct_per_request: bool,
+    /// With `DRAListTypeAttributes`, removing a device restores
+    /// `matchAttribute`'s intersection of the devices before: 1.37 (1.36
+    /// keeps the narrowed one). Followed.
+    pub match_sets_restored: bool,
     /// A device turned down after its counters were drawn (a taint, a
     /// constraint, its capacity) keeps them drawn for the rest of the
     /// search, and a device turned down by its capacity keeps its
@@ -262,6 +266,7 @@ impl Features {
             completeness_from_node_slices: release == Release::V1_34,
             subrequest_checks_off_by_one: release <= Release::V1_35,
             distinct_per_request: release <= Release::V1_36,
+            match_sets_restored: release >= Release::V1_37,
             counters_leak_on_rejection: release <= Release::V1_35,
             share_counters_leak_on_backtrack: release <= Release::V1_35
                 && implementation == Implementation::Experimental,

@@ -95,14 +95,27 @@ pub(crate) struct ClaimPlan {
 
 /// Compiles selectors once per distinct expression.
 #[derive(Debug, Default)]
-pub(crate) struct SelectorCache(HashMap<String, Arc<Selector>>);
+pub(crate) struct SelectorCache {
+    compiled: HashMap<String, Arc<Selector>>,
+    /// Compiled with `DRAListTypeAttributes` (`includes()`).
+    lists: bool,
+}
 
 impl SelectorCache {
+    /// A cache for one setting of `DRAListTypeAttributes`.
+    pub fn new(lists: bool) -> SelectorCache {
+        SelectorCache {
+            compiled: HashMap::new(),
+            lists,
+        }
+    }
+
     pub fn compile_all(
         &mut self,
         selectors: &[DeviceSelector],
         owner: &str,
     ) -> Result<Vec<Arc<Selector>>, InputError> {
+        let lists = self.lists;
         selectors
             .iter()
             .enumerate()
@@ -113,17 +126,19 @@ impl SelectorCache {
                         index,
                     });
                 };
-                if let Some(found) = self.0.get(&cel.expression) {
+                if let Some(found) = self.compiled.get(&cel.expression) {
                     return Ok(Arc::clone(found));
                 }
-                let compiled =
-                    Selector::compile(&cel.expression).map_err(|source| InputError::Selector {
+                let compiled = Selector::compile_for(&cel.expression, lists).map_err(|source| {
+                    InputError::Selector {
                         owner: owner.to_owned(),
                         index,
                         source,
-                    })?;
+                    }
+                })?;
                 let compiled = Arc::new(compiled);
-                self.0.insert(cel.expression.clone(), Arc::clone(&compiled));
+                self.compiled
+                    .insert(cel.expression.clone(), Arc::clone(&compiled));
                 Ok(compiled)
             })
             .collect()

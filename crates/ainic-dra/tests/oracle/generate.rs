@@ -5,7 +5,10 @@
 //! shared), every node-selection kind, incomplete pools, admin access,
 //! consumable capacity with request policies, partitionable counters,
 //! taints and tolerations, binding conditions, the per-claim result limit.
-//! Gates: the release's defaults, and in one case of five one gate flipped.
+//! Gates: the release's defaults, and in one case of five one gate flipped;
+//! from 1.36 also, in three cases of ten, list-typed attributes on (with
+//! list and scalar values under one name, constraints and `includes()`
+//! over them).
 //!
 //! A case is a [`Case`]: the objects `simulate` reads, the node and the
 //! gates. Deterministic for a seed (splitmix64).
@@ -83,6 +86,7 @@ struct On {
     admin: bool,
     none_effect: bool,
     counters_apart: bool,
+    lists: bool,
 }
 
 /// Generates case number `seed` for `release`.
@@ -99,6 +103,10 @@ pub fn case(release: Release, seed: u64) -> Case {
         features.set(gate, value);
         gates.push((gate.to_string(), value));
     }
+    if release.has_list_type_attributes() && !features.list_type_attributes && rng.chance(30) {
+        features.set("DRAListTypeAttributes", true);
+        gates.push(("DRAListTypeAttributes".to_string(), true));
+    }
     let on = On {
         consumable: features.consumable_capacity,
         partitionable: features.partitionable_devices,
@@ -108,6 +116,7 @@ pub fn case(release: Release, seed: u64) -> Case {
         admin: features.admin_access,
         none_effect: release.taint_effect_none(),
         counters_apart: release.counters_in_own_slices(),
+        lists: features.list_type_attributes,
     };
     let mut objects = vec![node(&mut rng)];
     objects.extend(classes(&mut rng));
@@ -237,6 +246,32 @@ fn selection(rng: &mut Rng, on: On) -> Value {
     }
 }
 
+/// `numa` (a list of ints, or one int) and `zones` (a list of strings).
+fn list_attributes(rng: &mut Rng, attributes: &mut serde_json::Map<String, Value>) {
+    if rng.chance(60) {
+        let value = if rng.chance(70) {
+            let numa: Vec<usize> = (0..4).filter(|_| rng.chance(40)).collect();
+            if numa.is_empty() {
+                json!({"int": rng.below(4)})
+            } else {
+                json!({"ints": numa})
+            }
+        } else {
+            json!({"int": rng.below(4)})
+        };
+        attributes.insert("numa".into(), value);
+    }
+    if rng.chance(40) {
+        let zones: Vec<&str> = ["z1", "z2", "z3"]
+            .into_iter()
+            .filter(|_| rng.chance(50))
+            .collect();
+        if !zones.is_empty() {
+            attributes.insert("zones".into(), json!({"strings": zones}));
+        }
+    }
+}
+
 fn device(rng: &mut Rng, on: On, name: &str, counters: bool, per_device: bool) -> Value {
     let mut attributes = serde_json::Map::new();
     if rng.chance(70) {
@@ -259,6 +294,9 @@ fn device(rng: &mut Rng, on: On, name: &str, counters: bool, per_device: bool) -
             "resource.kubernetes.io/pcieRoot".into(),
             json!({"string": rng.pick(&["pci0", "pci1"])}),
         );
+    }
+    if on.lists {
+        list_attributes(rng, &mut attributes);
     }
     let mut dev = json!({"name": name, "attributes": attributes});
     let mut capacity = serde_json::Map::new();
@@ -336,11 +374,15 @@ fn claim(rng: &mut Rng, on: On, c: usize) -> Value {
     if rng.chance(25) {
         let names: Vec<String> = (0..n).map(|r| format!("r{r}")).collect();
         let subset: Vec<&String> = names.iter().filter(|_| rng.chance(70)).collect();
-        let attribute = rng.pick(&[
+        let mut attributes = vec![
             "a.example.com/model",
             "a.example.com/index",
             "resource.kubernetes.io/pcieRoot",
-        ]);
+        ];
+        if on.lists {
+            attributes.extend(["a.example.com/numa", "a.example.com/zones"]);
+        }
+        let attribute = rng.pick(&attributes);
         let mut constraint = if on.consumable && rng.chance(30) {
             json!({"distinctAttribute": attribute})
         } else {
@@ -424,6 +466,9 @@ fn selector(rng: &mut Rng, on: On, d: &str) -> String {
     if on.consumable {
         safe.push(9);
     }
+    if on.lists {
+        safe.extend([10, 11, 12]);
+    }
     let pick = if rng.chance(8) {
         *rng.pick(&[0, 8])
     } else {
@@ -441,6 +486,9 @@ fn selector(rng: &mut Rng, on: On, d: &str) -> String {
         6 => format!("\"fast\" in device.attributes[\"{d}\"]"),
         7 => format!("device.driver == \"{d}\""),
         8 => format!("device.attributes[\"{d}\"].index > 0"),
-        _ => "device.allowMultipleAllocations == true".into(),
+        9 => "device.allowMultipleAllocations == true".into(),
+        10 => guarded("numa", format!("device.attributes[\"{d}\"].numa.includes({})", rng.below(4))),
+        11 => guarded("model", format!("device.attributes[\"{d}\"].model.includes(\"m1\")")),
+        _ => guarded("zones", format!("\"z2\" in device.attributes[\"{d}\"].zones || device.attributes[\"{d}\"].zones.exists(z, z == \"z3\")")),
     }
 }

@@ -3,14 +3,37 @@
 //! lists and math extensions come from the `cel` crate.
 
 use cel::common::ast::{ComprehensionExpr, Expr, IdedExpr, ListExpr, LiteralValue};
-use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelString};
-use cel::common::value::Val;
+use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelString, DYN_TYPE};
+use cel::common::value::{CowVal, FromVal, Val};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
 use cel::{DeclarationError, Env, ExecutionError};
 
 use super::values::{QuantityVal, SemverVal};
 use crate::quantity::Quantity;
 use crate::semver::Semver;
+
+/// `includes()`, declared only where `DRAListTypeAttributes` is on (as
+/// upstream's environment from 1.36): whether a list holds the argument,
+/// or a scalar equals it.
+pub(crate) fn register_includes(env: &mut Env) -> Result<(), DeclarationError> {
+    env.add_member_overload(
+        "includes",
+        "list_includes_dyn_dyn",
+        DYN_TYPE,
+        vec![DYN_TYPE],
+        includes,
+    )
+}
+
+fn includes<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let [target, arg] = <[CowVal<'b, 'v>; 2]>::try_from(args)
+        .map_err(|_| function_error("includes", "takes one argument"))?;
+    let found = match CelList::from_val(&*target) {
+        Some(list) => elements(list)?.iter().any(|item| item.equals(&*arg)),
+        None => target.equals(&*arg),
+    };
+    Ok(CowVal::owned(CelBool::from(found)))
+}
 
 /// Registers every DRA library on `env`.
 pub(crate) fn register(env: &mut Env) -> Result<(), DeclarationError> {

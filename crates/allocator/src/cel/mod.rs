@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use cel::common::types::CelBool;
 use cel::{Context, Env, Program};
 
-use crate::model::DeviceInfo;
+use crate::model::{AttributeValue, DeviceInfo};
 use values::DeviceVar;
 
 /// Longest selector expression accepted, as the API's limit (10 Ki).
@@ -45,29 +45,48 @@ pub enum CompileError {
 pub struct Selector {
     expression: String,
     program: Program,
+    /// Compiled where `DRAListTypeAttributes` is on (`includes()`).
+    lists: bool,
 }
 
-fn environment() -> &'static Arc<Env> {
+/// The environment; `lists`: with `DRAListTypeAttributes`'s `includes()`.
+fn environment(lists: bool) -> &'static Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
-    ENV.get_or_init(|| {
+    static WITH_LISTS: OnceLock<Arc<Env>> = OnceLock::new();
+    let build = || {
         let mut env = Env::stdlib();
         library::register(&mut env).expect("DRA CEL library declarations are consistent");
+        if lists {
+            library::register_includes(&mut env).expect("includes() is declared once");
+        }
         Arc::new(env)
-    })
+    };
+    if lists {
+        WITH_LISTS.get_or_init(build)
+    } else {
+        ENV.get_or_init(build)
+    }
 }
 
 /// Whether the environment declares `name` (a function or namespaced
 /// function), as upstream's type checker requires at compile time.
-fn is_declared(name: &str) -> bool {
+fn is_declared(lists: bool, name: &str) -> bool {
     // Adding a function to a context is refused exactly when the
     // environment already declares one of that name.
-    let mut probe = Context::with_env(Arc::clone(environment()));
+    let mut probe = Context::with_env(Arc::clone(environment(lists)));
     probe.add_function(name, || true).is_err()
 }
 
 impl Selector {
-    /// Compiles `expression` for the DRA environment.
+    /// Compiles `expression` for the DRA environment without
+    /// `DRAListTypeAttributes`.
     pub fn compile(expression: &str) -> Result<Selector, CompileError> {
+        Selector::compile_for(expression, false)
+    }
+
+    /// Compiles `expression` for the DRA environment; `lists`: with
+    /// `DRAListTypeAttributes` (`includes()` is declared).
+    pub fn compile_for(expression: &str, lists: bool) -> Result<Selector, CompileError> {
         let too_expensive = |reason: String| CompileError::TooExpensive {
             expression: expression.to_owned(),
             reason,
@@ -82,10 +101,11 @@ impl Selector {
             expression: expression.to_owned(),
             reason,
         };
-        let program = environment()
+        let program = environment(lists)
             .compile(expression)
             .map_err(|e| invalid(e.to_string().replace('\n', "; ")))?;
-        cost::check_identifiers(program.expression(), &is_declared).map_err(invalid)?;
+        cost::check_identifiers(program.expression(), &|name| is_declared(lists, name))
+            .map_err(invalid)?;
         let estimate = cost::estimate(program.expression());
         if estimate > MAX_COST {
             return Err(too_expensive(format!(
@@ -95,6 +115,7 @@ impl Selector {
         Ok(Selector {
             expression: expression.to_owned(),
             program,
+            lists,
         })
     }
 
@@ -104,9 +125,18 @@ impl Selector {
     }
 
     /// Evaluates the selector for `device`. A runtime error (a missing
-    /// attribute, a result that is not a bool) is returned as `Err`.
+    /// attribute, a result that is not a bool) is returned as `Err`, and so
+    /// is a device with an attribute that has no value, whatever the
+    /// expression reads: upstream converts every attribute first.
     pub fn matches(&self, device: &DeviceInfo, consumable_capacity: bool) -> Result<bool, String> {
-        let mut context = Context::with_env(Arc::clone(environment()));
+        let unset = device.attributes.iter().find_map(|(domain, names)| {
+            let (name, _) = names.iter().find(|(_, v)| **v == AttributeValue::Unset)?;
+            Some(format!("{domain}/{name}"))
+        });
+        if let Some(name) = unset {
+            return Err(format!("attribute {name}: unsupported attribute value"));
+        }
+        let mut context = Context::with_env(Arc::clone(environment(self.lists)));
         context.add_variable_as_val(
             "device",
             Box::new(DeviceVar {

@@ -190,3 +190,61 @@ fn cost_bound_rejects_expensive_expressions() {
 fn non_bool_result_is_an_error() {
     assert!(eval("device.attributes['ainic.amd.com'].rail").is_err());
 }
+
+fn with_lists() -> DeviceInfo {
+    let mut d = nic();
+    let ours = d.attributes.get_mut("ainic.amd.com").unwrap();
+    ours.insert("numa".into(), AttributeValue::Ints(vec![0, 1]));
+    ours.insert(
+        "zones".into(),
+        AttributeValue::Strings(vec!["z1".into(), "z2".into()]),
+    );
+    d
+}
+
+/// `DRAListTypeAttributes`: lists are CEL lists, and `includes()` (declared
+/// only with the gate) asks a list for an element or a scalar for itself.
+#[test]
+fn list_attributes_are_lists_and_includes_needs_the_gate() {
+    let eval = |e: &str| {
+        Selector::compile_for(e, true)
+            .unwrap()
+            .matches(&with_lists(), true)
+    };
+    for yes in [
+        "device.attributes['ainic.amd.com'].numa.includes(1)",
+        "device.attributes['ainic.amd.com'].rail.includes(3)",
+        "'z2' in device.attributes['ainic.amd.com'].zones",
+        "device.attributes['ainic.amd.com'].zones.exists(z, z == 'z1')",
+        "size(device.attributes['ainic.amd.com'].numa) == 2",
+    ] {
+        assert_eq!(eval(yes), Ok(true), "{yes}");
+    }
+    assert_eq!(
+        eval("device.attributes['ainic.amd.com'].numa.includes(7)"),
+        Ok(false)
+    );
+    assert!(matches!(
+        Selector::compile("device.attributes['ainic.amd.com'].numa.includes(1)"),
+        Err(CompileError::Invalid { .. })
+    ));
+}
+
+/// Upstream converts every attribute before it evaluates, so a device with
+/// an attribute that has no value fails any selector.
+#[test]
+fn an_attribute_without_a_value_fails_every_selector_on_its_device() {
+    let mut d = nic();
+    d.attributes
+        .get_mut("ainic.amd.com")
+        .unwrap()
+        .insert("broken".into(), AttributeValue::Unset);
+    let error = Selector::compile("device.driver == 'ainic.amd.com'")
+        .unwrap()
+        .matches(&d, true)
+        .unwrap_err();
+    assert!(
+        error.contains("ainic.amd.com/broken: unsupported attribute value"),
+        "{error}"
+    );
+}

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use cel::ExecutionError;
 use cel::common::traits::{Container, Indexer, Sizer};
-use cel::common::types::{CelBool, CelInt, CelString, Type};
+use cel::common::types::{CelBool, CelInt, CelList, CelString, Type};
 use cel::common::value::{CowVal, StaticVal, Val};
 
 use crate::model::{AttributeValue, DeviceInfo};
@@ -267,12 +267,10 @@ impl<'a> Indexer for Names<'a> {
         let name = key(idx)?;
         let missing = || ExecutionError::no_such_key(name);
         match *self {
-            Names::Attributes(map) => match map.and_then(|m| m.get(name)).ok_or_else(missing)? {
-                AttributeValue::Int(i) => Ok(CowVal::owned(CelInt::from(*i))),
-                AttributeValue::Bool(b) => Ok(CowVal::owned(CelBool::from(*b))),
-                AttributeValue::String(s) => Ok(CowVal::owned(CelString::from(s.as_str()))),
-                AttributeValue::Version(v) => Ok(CowVal::owned(SemverVal(v.clone()))),
-            },
+            Names::Attributes(map) => {
+                let value = map.and_then(|m| m.get(name)).ok_or_else(missing)?;
+                attribute_val(name, value).map(CowVal::Owned)
+            }
             Names::Capacity(map) => {
                 let value = map.and_then(|m| m.get(name)).ok_or_else(missing)?;
                 Ok(CowVal::owned(QuantityVal(*value)))
@@ -285,4 +283,30 @@ impl<'a> Indexer for Names<'a> {
     {
         self.get(idx).map(CowVal::into_owned)
     }
+}
+
+/// An attribute as CEL sees it: a scalar, or a list of scalars.
+fn attribute_val<'v>(
+    name: &str,
+    value: &'v AttributeValue,
+) -> Result<Box<dyn Val + 'v>, ExecutionError> {
+    fn list<'v, T>(items: &'v [T], one: impl Fn(&'v T) -> Box<dyn Val + 'v>) -> Box<dyn Val + 'v> {
+        Box::new(CelList::from(items.iter().map(one).collect::<Vec<_>>()))
+    }
+    Ok(match value {
+        AttributeValue::Int(i) => Box::new(CelInt::from(*i)),
+        AttributeValue::Bool(b) => Box::new(CelBool::from(*b)),
+        AttributeValue::String(s) => Box::new(CelString::from(s.as_str())),
+        AttributeValue::Version(v) => Box::new(SemverVal(v.clone())),
+        AttributeValue::Ints(v) => list(v, |i| Box::new(CelInt::from(*i))),
+        AttributeValue::Bools(v) => list(v, |b| Box::new(CelBool::from(*b))),
+        AttributeValue::Strings(v) => list(v, |s| Box::new(CelString::from(s.as_str()))),
+        AttributeValue::Versions(v) => list(v, |v| Box::new(SemverVal(v.clone()))),
+        AttributeValue::Unset => {
+            return Err(ExecutionError::function_error(
+                "attributes",
+                format!("attribute {name}: unsupported attribute value"),
+            ));
+        }
+    })
 }

@@ -72,7 +72,11 @@ pub(crate) struct Search<'c, 'a> {
 
 impl<'c, 'a> Search<'c, 'a> {
     pub(crate) fn new(ctx: &'c NodeContext<'a>, claims: &'c [ClaimPlan]) -> Search<'c, 'a> {
-        let per_request = ctx.features.rules().distinct_per_request;
+        let rules = ctx.features.rules();
+        let per_request = rules.distinct_per_request;
+        let sets = (ctx.features.list_type_attributes
+            && ctx.features.release.has_list_type_attributes())
+        .then_some(rules.match_sets_restored);
         Search {
             ctx,
             claims,
@@ -85,7 +89,7 @@ impl<'c, 'a> Search<'c, 'a> {
                     c.constraints
                         .iter()
                         .cloned()
-                        .map(|spec| ConstraintState::new(spec, per_request))
+                        .map(|spec| ConstraintState::new(spec, per_request, sets))
                         .collect()
                 })
                 .collect(),
