@@ -298,7 +298,9 @@ func (s *Simulator) quantities(claims []*resourceapi.ResourceClaim) []resource.Q
 
 // asKnown is q as a Go value: JSON carries a quantity's value and string
 // form, not its in-memory format and cache, so the first known quantity
-// equal to it in both stands for it.
+// equal to it in both stands for it. A value no input has is one the
+// allocator computed (a request rounded up to a step), which upstream
+// builds with NewQuantity or NewMilliQuantity: so is this one.
 func asKnown(q resource.Quantity, known []resource.Quantity) resource.Quantity {
 	text := q.String()
 	for _, k := range known {
@@ -308,7 +310,10 @@ func asKnown(q resource.Quantity, known []resource.Quantity) resource.Quantity {
 			return k.DeepCopy()
 		}
 	}
-	return q
+	if milli := q.MilliValue(); milli%1000 != 0 {
+		return *resource.NewMilliQuantity(milli, q.Format)
+	}
+	return *resource.NewQuantity(q.Value(), q.Format)
 }
 
 // results reads simulate's JSON list of claims: their allocations, in

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Capacity, DeviceInfo, RequestPolicy};
+use crate::model::{Capacity, DeviceInfo, RequestPolicy, ValidRange};
 use crate::quantity::{Format, Quantity};
 
 /// Consumed amounts by capacity name as the device publishes it.
@@ -31,78 +31,177 @@ fn find<'a>(device: &'a DeviceInfo, requested: &str) -> Option<&'a Capacity> {
         })
 }
 
-/// What the request consumes from every capacity of the device; `None` when
-/// it requests a capacity the device does not have. `step_format`: a value
-/// rounded up to a step is written in the step's format (1.37), else in
-/// binary SI (before).
+/// How a release does capacity arithmetic.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arithmetic {
+    /// A value rounded up to a step is written in the step's format
+    /// (1.37), else in binary SI.
+    pub step_format: bool,
+    /// `DRAFractionalCapacityRange`: a range with a fractional bound
+    /// rounds in milli-units.
+    pub fractional: bool,
+    /// A request that cannot be represented, or a negative amount, aborts
+    /// the allocation (1.37); before, the arithmetic just runs.
+    pub aborts: bool,
+}
+
+impl Arithmetic {
+    /// The arithmetic of `features`' release and gates.
+    pub fn of(features: &crate::Features) -> Arithmetic {
+        Arithmetic {
+            step_format: features.rules().rounding_keeps_step_format,
+            fractional: features.fractional_ranges(),
+            aborts: features.release >= crate::Release::V1_37,
+        }
+    }
+}
+
+/// Upstream's words for a request its range arithmetic cannot hold.
+const UNREPRESENTABLE: &str =
+    "capacity request cannot be represented in the device's range arithmetic";
+
+/// What the request consumes from every capacity of the device: `Ok(None)`
+/// when it requests a capacity the device does not have, `Err` when
+/// upstream aborts the allocation over it (see [`Arithmetic::aborts`]).
 pub(crate) fn consumption(
     device: &DeviceInfo,
     requests: &BTreeMap<String, Quantity>,
-    step_format: bool,
-) -> Option<Consumption> {
+    arithmetic: Arithmetic,
+) -> Result<Option<Consumption>, String> {
     let mut requested: BTreeMap<&str, Quantity> = BTreeMap::new();
     for (name, amount) in requests {
-        requested.insert(find(device, name)?.name.as_str(), *amount);
-    }
-    let consumed = device
-        .capacities
-        .iter()
-        .map(|c| {
-            let amount = match requested.get(c.name.as_str()) {
-                Some(r) => round_up(r, c.policy.as_ref(), step_format),
-                None => c.policy.as_ref().and_then(|p| p.default).unwrap_or(c.value),
-            };
-            (c.name.clone(), amount)
-        })
-        .collect();
-    Some(consumed)
-}
-
-fn round_up(requested: &Quantity, policy: Option<&RequestPolicy>, step_format: bool) -> Quantity {
-    let Some(policy) = policy else {
-        return *requested;
-    };
-    if let Some(range) = &policy.valid_range {
-        if *requested < range.min {
-            return range.min;
-        }
-        return match &range.step {
-            Some(step) => requested
-                .round_up_to_step(&range.min, step)
-                .map(|q| {
-                    q.with_format(if step_format {
-                        step.format()
-                    } else {
-                        Format::BinarySi
-                    })
-                })
-                .unwrap_or(*requested),
-            None => *requested,
+        let Some(capacity) = find(device, name) else {
+            return Ok(None);
         };
+        requested.insert(capacity.name.as_str(), *amount);
     }
-    policy
-        .valid_values
-        .iter()
-        .find(|v| requested <= *v)
-        .copied()
-        .unwrap_or(*requested)
+    let mut consumed = Consumption::new();
+    for c in &device.capacities {
+        let amount = match requested.get(c.name.as_str()) {
+            Some(r) => round_up(r, c.policy.as_ref(), arithmetic)
+                .map_err(|e| format!("capacity {:?}: {e}", c.name))?,
+            None => c.policy.as_ref().and_then(|p| p.default).unwrap_or(c.value),
+        };
+        if arithmetic.aborts && amount.sign() < 0 {
+            return Err(format!("capacity {:?}: capacity value is negative", c.name));
+        }
+        consumed.insert(c.name.clone(), amount);
+    }
+    Ok(Some(consumed))
 }
 
-fn violates(amount: &Quantity, policy: Option<&RequestPolicy>) -> bool {
+/// Whether a range rounds in milli-units (upstream's `useMilli`): with the
+/// gate, a fractional bound, every bound within the milli range, and a
+/// step of at least 1m.
+fn use_milli(range: &ValidRange, fractional: bool) -> bool {
+    let bounds = [Some(&range.min), range.max.as_ref(), range.step.as_ref()];
+    let bounds = bounds.into_iter().flatten();
+    fractional
+        && bounds.clone().any(|q| !q.is_integer())
+        && bounds.clone().all(|q| milli(q).is_some())
+        && range.step.as_ref().and_then(milli).is_none_or(|m| m >= 1)
+}
+
+/// `q` in milli-units, when that fits an `int64`.
+fn milli(q: &Quantity) -> Option<i128> {
+    q.ceil_milli_i128().filter(|m| i64::try_from(*m).is_ok())
+}
+
+/// `q` in whole units, rounded up (`Quantity.Value()`).
+fn whole(q: &Quantity) -> i128 {
+    q.ceil_i128().unwrap_or(i128::MAX)
+}
+
+/// `min + step × n` for the smallest `n` not below `value`, in the
+/// units the values are in; `Err` past `int64` when the release aborts.
+fn to_step(value: i128, min: i128, step: i128, aborts: bool) -> Result<i128, &'static str> {
+    if step <= 0 {
+        return Ok(value);
+    }
+    let added = value - min;
+    let n = added / step + i128::from(added % step != 0);
+    let result = min + step * n;
+    if aborts && min >= 0 && result > i128::from(i64::MAX) {
+        return Err("rounding passes the int64 range");
+    }
+    Ok(result)
+}
+
+fn round_up(
+    requested: &Quantity,
+    policy: Option<&RequestPolicy>,
+    arithmetic: Arithmetic,
+) -> Result<Quantity, String> {
+    let Some(policy) = policy else {
+        return Ok(*requested);
+    };
+    let Some(range) = &policy.valid_range else {
+        let value = policy.valid_values.iter().find(|v| requested <= *v);
+        return Ok(value.copied().unwrap_or(*requested));
+    };
+    if *requested < range.min {
+        return Ok(range.min);
+    }
+    let Some(step) = &range.step else {
+        return Ok(*requested);
+    };
+    let unrepresentable = |why: &str| format!("{UNREPRESENTABLE}: request {requested}: {why}");
+    if use_milli(range, arithmetic.fractional) {
+        let value = milli(requested).ok_or_else(|| unrepresentable("not a milli value"))?;
+        let (min, step_m) = (milli(&range.min), milli(step));
+        let (Some(min), Some(step_m)) = (min, step_m) else {
+            return Ok(*requested);
+        };
+        let result = to_step(value, min, step_m, true).map_err(unrepresentable)?;
+        let result = Quantity::from_milli(result).ok_or_else(|| unrepresentable("too large"))?;
+        return Ok(result.with_format(step.format()));
+    }
+    if arithmetic.aborts && *requested > Quantity::from_int(i64::MAX) {
+        return Err(unrepresentable("exceeds MaxInt64"));
+    }
+    let result = to_step(
+        whole(requested),
+        whole(&range.min),
+        whole(step),
+        arithmetic.aborts,
+    )
+    .map_err(unrepresentable)?;
+    let format = if arithmetic.step_format {
+        step.format()
+    } else {
+        Format::BinarySi
+    };
+    let result = Quantity::from_i128(result).ok_or_else(|| unrepresentable("too large"))?;
+    Ok(result.with_format(format))
+}
+
+fn violates(amount: &Quantity, policy: Option<&RequestPolicy>, fractional: bool) -> bool {
     let Some(policy) = policy else { return false };
     if policy.default.as_ref() == Some(amount) {
         return false;
     }
-    if let Some(range) = &policy.valid_range {
-        if range.max.as_ref().is_some_and(|max| amount > max) {
-            return true;
-        }
-        return range
-            .step
-            .as_ref()
-            .is_some_and(|step| !amount.is_step_of(&range.min, step));
+    let Some(range) = &policy.valid_range else {
+        return !policy.valid_values.is_empty() && !policy.valid_values.contains(amount);
+    };
+    if range.max.as_ref().is_some_and(|max| amount > max) {
+        return true;
     }
-    !policy.valid_values.is_empty() && !policy.valid_values.contains(amount)
+    let Some(step) = &range.step else {
+        return false;
+    };
+    let (value, min, step) = if use_milli(range, fractional) {
+        let Some(value) = milli(amount) else {
+            return true;
+        };
+        (
+            value,
+            milli(&range.min).unwrap_or(0),
+            milli(step).unwrap_or(1),
+        )
+    } else {
+        (whole(amount), whole(&range.min), whole(step))
+    };
+    step != 0 && (value - min) % step != 0
 }
 
 /// Whether `consumed` obeys the policies and fits beside `allocated`
@@ -112,10 +211,11 @@ pub(crate) fn fits(
     consumed: &Consumption,
     allocated: Option<&Consumption>,
     allocating: Option<&Consumption>,
+    arithmetic: Arithmetic,
 ) -> bool {
     device.capacities.iter().all(|c| {
         let amount = consumed.get(&c.name).copied().unwrap_or(Quantity::ZERO);
-        if violates(&amount, c.policy.as_ref()) {
+        if violates(&amount, c.policy.as_ref(), arithmetic.fractional) {
             return false;
         }
         let mut total = amount;
@@ -153,6 +253,12 @@ mod tests {
     use super::*;
     use crate::model::ValidRange;
 
+    const NEW: Arithmetic = Arithmetic {
+        step_format: true,
+        fractional: true,
+        aborts: true,
+    };
+
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap()
     }
@@ -184,12 +290,12 @@ mod tests {
     fn unrequested_capacity_consumes_default_or_everything() {
         let d = nic(None);
         assert_eq!(
-            consumption(&d, &BTreeMap::new(), true).unwrap()["bandwidth"],
+            consumption(&d, &BTreeMap::new(), NEW).unwrap().unwrap()["bandwidth"],
             q("400G")
         );
         let d = nic(Some(range("10G", None, None)));
         assert_eq!(
-            consumption(&d, &BTreeMap::new(), true).unwrap()["bandwidth"],
+            consumption(&d, &BTreeMap::new(), NEW).unwrap().unwrap()["bandwidth"],
             q("10G")
         );
     }
@@ -198,10 +304,13 @@ mod tests {
     fn requests_round_up_to_the_policy() {
         let d = nic(Some(range("10G", Some("400G"), Some("10G"))));
         let req = BTreeMap::from([("ainic.amd.com/bandwidth".to_owned(), q("25G"))]);
-        assert_eq!(consumption(&d, &req, true).unwrap()["bandwidth"], q("30G"));
+        assert_eq!(
+            consumption(&d, &req, NEW).unwrap().unwrap()["bandwidth"],
+            q("30G")
+        );
         let small = BTreeMap::from([("bandwidth".to_owned(), q("1G"))]);
         assert_eq!(
-            consumption(&d, &small, true).unwrap()["bandwidth"],
+            consumption(&d, &small, NEW).unwrap().unwrap()["bandwidth"],
             q("10G")
         );
         let values = RequestPolicy {
@@ -214,8 +323,9 @@ mod tests {
             consumption(
                 &d,
                 &BTreeMap::from([("bandwidth".to_owned(), q("150G"))]),
-                true
+                NEW
             )
+            .unwrap()
             .unwrap()["bandwidth"],
             q("200G")
         );
@@ -228,24 +338,71 @@ mod tests {
             consumption(
                 &d,
                 &BTreeMap::from([("queuePairs".to_owned(), q("1"))]),
-                true
+                NEW
             )
+            .unwrap()
             .is_none()
         );
         let big = consumption(
             &d,
             &BTreeMap::from([("bandwidth".to_owned(), q("500G"))]),
-            true,
+            NEW,
         )
+        .unwrap()
         .unwrap();
-        assert!(!fits(&d, &big, None, None), "above validRange.max");
+        assert!(!fits(&d, &big, None, None, NEW), "above validRange.max");
         let part = consumption(
             &d,
             &BTreeMap::from([("bandwidth".to_owned(), q("300G"))]),
-            true,
+            NEW,
         )
+        .unwrap()
         .unwrap();
-        assert!(fits(&d, &part, None, None));
-        assert!(!fits(&d, &part, Some(&part), None), "600G of 400G");
+        assert!(fits(&d, &part, None, None, NEW));
+        assert!(!fits(&d, &part, Some(&part), None, NEW), "600G of 400G");
+    }
+
+    fn bandwidth(amount: &str) -> BTreeMap<String, Quantity> {
+        BTreeMap::from([("bandwidth".to_owned(), q(amount))])
+    }
+
+    /// A fractional range rounds in milli-units with
+    /// `DRAFractionalCapacityRange`, in whole units without it (and before
+    /// 1.37), as `Quantity.Value()` rounds 200m and 100m up to 1.
+    #[test]
+    fn fractional_ranges_round_in_milli_units_only_with_the_gate() {
+        let d = nic(Some(range("200m", Some("1"), Some("100m"))));
+        let with = consumption(&d, &bandwidth("250m"), NEW).unwrap().unwrap();
+        assert_eq!(with["bandwidth"], q("300m"));
+        assert!(fits(&d, &with, None, None, NEW));
+        let without = Arithmetic {
+            fractional: false,
+            ..NEW
+        };
+        let whole = consumption(&d, &bandwidth("250m"), without)
+            .unwrap()
+            .unwrap();
+        assert_eq!(whole["bandwidth"], q("1"));
+        assert_eq!(whole["bandwidth"].format(), Format::DecimalSi, "the step's");
+    }
+
+    /// 1.37 aborts over a request past int64 or a negative amount; before,
+    /// the device just does not fit.
+    #[test]
+    fn from_1_37_unrepresentable_and_negative_requests_abort() {
+        let d = nic(Some(range("2", Some("4"), Some("2"))));
+        let error = consumption(&d, &bandwidth("18446744073709551616"), NEW).unwrap_err();
+        assert!(error.contains("cannot be represented"), "{error}");
+        let error = consumption(&nic(None), &bandwidth("-5"), NEW).unwrap_err();
+        assert!(error.contains("negative"), "{error}");
+        let old = Arithmetic {
+            aborts: false,
+            fractional: false,
+            step_format: false,
+        };
+        let big = consumption(&d, &bandwidth("18446744073709551616"), old)
+            .unwrap()
+            .unwrap();
+        assert!(!fits(&d, &big, None, None, old));
     }
 }

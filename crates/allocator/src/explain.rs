@@ -118,7 +118,9 @@ fn describe_spec(
     let free: Vec<usize> = selected
         .iter()
         .copied()
-        .filter(|&i| (spec.admin_access || !search.in_use(i)) && search.capacity_ok(spec, i))
+        .filter(|&i| {
+            (spec.admin_access || !search.in_use(i)) && search.capacity_ok(spec, i).unwrap_or(false)
+        })
         .collect();
     let class_name = spec.class.metadata.name.as_deref().unwrap_or("");
     let mut text = format!(

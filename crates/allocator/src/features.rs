@@ -28,6 +28,10 @@ pub struct Features {
     /// `DRAListTypeAttributes` (alpha from 1.36, off): list-typed attribute
     /// values and CEL `includes()`.
     pub list_type_attributes: bool,
+    /// `DRAFractionalCapacityRange` (beta from 1.37, on): a request policy
+    /// range with a fractional bound rounds in milli-units; without it (and
+    /// before 1.37) every range rounds in whole units (`Quantity.Value()`).
+    pub fractional_capacity_range: bool,
 }
 
 impl Default for Features {
@@ -38,7 +42,7 @@ impl Default for Features {
 
 impl Features {
     /// Every gate the allocator knows, by its upstream name.
-    pub const GATE_NAMES: [&'static str; 8] = [
+    pub const GATE_NAMES: [&'static str; 9] = [
         "DRAAdminAccess",
         "DRAPrioritizedList",
         "DRAResourceClaimDeviceStatus",
@@ -47,6 +51,7 @@ impl Features {
         "DRAConsumableCapacity",
         "DRADeviceBindingConditions",
         "DRAListTypeAttributes",
+        "DRAFractionalCapacityRange",
     ];
 
     /// Sets the gate `name` (upstream spelling); false when the allocator
@@ -61,6 +66,7 @@ impl Features {
             "DRAConsumableCapacity" => &mut self.consumable_capacity,
             "DRADeviceBindingConditions" => &mut self.device_binding_conditions,
             "DRAListTypeAttributes" => &mut self.list_type_attributes,
+            "DRAFractionalCapacityRange" => &mut self.fractional_capacity_range,
             _ => return false,
         };
         *slot = enabled;
@@ -73,6 +79,14 @@ impl Features {
     pub fn binding_conditions(&self) -> bool {
         self.device_binding_conditions
             && (self.device_status || !self.release.binding_needs_device_status())
+    }
+}
+
+impl Features {
+    /// Whether fractional request-policy ranges round in milli-units: the
+    /// gate, which exists from 1.37.
+    pub fn fractional_ranges(&self) -> bool {
+        self.fractional_capacity_range && self.release >= Release::V1_37
     }
 }
 

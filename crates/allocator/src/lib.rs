@@ -83,8 +83,13 @@ impl Allocator {
         classes: &[DeviceClass],
         allocated_claims: &[ResourceClaim],
     ) -> Result<Allocator, InputError> {
+        // 1.37's allocator cannot check compatibility groups with their
+        // gate (alpha, always off here) off, so it passes over the slices
+        // that use them, which leaves their pools incomplete.
+        let groups_ignored = features.release >= Release::V1_37;
         let parsed = slices
             .iter()
+            .filter(|s| !(groups_ignored && uses_compatibility_groups(s)))
             .map(|s| SliceInfo::parse(s, features.release.has_list_type_attributes()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut cache = SelectorCache::new(
@@ -177,4 +182,16 @@ impl Allocator {
     pub fn devices(&self) -> impl Iterator<Item = &DeviceInfo> {
         self.index.all_slices().iter().flat_map(|s| &s.devices)
     }
+}
+
+/// Whether a device of the slice draws counters under compatibility groups
+/// (`DRADeviceCompatibilityGroups`, 1.37).
+fn uses_compatibility_groups(slice: &ResourceSlice) -> bool {
+    slice.spec.devices.iter().flatten().any(|d| {
+        d.consumes_counters.iter().flatten().any(|c| {
+            c.compatibility_groups
+                .as_ref()
+                .is_some_and(|g| !g.is_empty())
+        })
+    })
 }

@@ -16,6 +16,7 @@
 //! | DRADeviceTaints | off | off | on | on (GA) |
 //! | DRADeviceBindingConditions | off | off | on | on |
 //! | DRAListTypeAttributes | – | – | off | off |
+//! | DRAFractionalCapacityRange | – | – | – | on |
 
 use std::fmt;
 use std::str::FromStr;
@@ -286,6 +287,7 @@ impl Features {
             consumable_capacity: newer,
             device_binding_conditions: newer,
             list_type_attributes: false,
+            fractional_capacity_range: release >= Release::V1_37,
         }
     }
 }

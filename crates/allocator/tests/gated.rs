@@ -279,3 +279,31 @@ fn devices_with_binding_conditions_need_their_gate() {
     .unwrap();
     assert_eq!(names(&out[0]), ["plain"]);
 }
+
+/// 1.37 passes over a slice whose devices draw counters under compatibility
+/// groups (their gate is alpha and off): the pool is incomplete. 1.36 has
+/// no such field and uses the slice.
+#[test]
+fn from_1_37_slices_with_compatibility_groups_are_passed_over() {
+    let mut grouped = pf_and_vfs();
+    for d in grouped.spec.devices.as_mut().unwrap() {
+        for c in d.consumes_counters.as_mut().unwrap() {
+            c.compatibility_groups = Some(vec!["g1".into()]);
+        }
+    }
+    let one = [claim("a", json!([exactly("nic", "nic", 1)]), json!([]))];
+    let on = |release| Features::for_release(release);
+    let run = |release| {
+        allocate_with(
+            on(release),
+            std::slice::from_ref(&grouped),
+            &[class("nic", "ainic.amd.com")],
+            &[],
+            &NodeFacts::named("n1"),
+            &one,
+        )
+    };
+    assert_eq!(names(&run(Release::V1_36).unwrap()[0]), ["pf-0"]);
+    let err = failure(run(Release::V1_37));
+    assert!(err.contains("request nic"), "{err}");
+}

@@ -270,6 +270,21 @@ impl Quantity {
         }
     }
 
+    /// Rounds `self × 1000` up to a whole number, as `Quantity.MilliValue()` does.
+    pub fn ceil_milli_i128(&self) -> Option<i128> {
+        Quantity::normalized(self.mantissa, self.exponent.checked_add(3)?).ceil_i128()
+    }
+
+    /// The quantity `milli / 1000`.
+    pub fn from_milli(milli: i128) -> Option<Quantity> {
+        (digit_count(milli) <= MAX_DIGITS).then(|| Quantity::normalized(milli, -3))
+    }
+
+    /// The quantity `value`, when it has at most 38 digits.
+    pub fn from_i128(value: i128) -> Option<Quantity> {
+        (digit_count(value) <= MAX_DIGITS).then(|| Quantity::normalized(value, 0))
+    }
+
     /// Rounds up to the nearest whole number (`ceil`), as `Quantity.Value()` does.
     pub fn ceil_i128(&self) -> Option<i128> {
         if self.exponent >= 0 {
@@ -437,6 +452,14 @@ mod tests {
         assert_eq!(q("1.5").as_i64(), None);
         assert_eq!(q("1.5").ceil_i128(), Some(2));
         assert_eq!(q("-1.5").ceil_i128(), Some(-1));
+        assert_eq!(q("250m").ceil_milli_i128(), Some(250));
+        assert_eq!(
+            q("0.0001").ceil_milli_i128(),
+            Some(1),
+            "rounded up as MilliValue()"
+        );
+        assert_eq!(Quantity::from_milli(1500), Some(q("1.5")));
+        assert_eq!(Quantity::from_i128(7), Some(q("7")));
         assert!((q("1.25").as_f64() - 1.25).abs() < 1e-12);
         assert_eq!(q("1.5Ki").to_string(), "1536");
         assert_eq!(q("-0.05").to_string(), "-0.05");

@@ -66,7 +66,8 @@ pub struct Case {
 /// The node every case allocates on.
 pub const NODE: &str = "node-a";
 const DRIVERS: [&str; 2] = ["a.example.com", "b.example.com"];
-const GATES: [&str; 6] = [
+const GATES: [&str; 7] = [
+    "DRAFractionalCapacityRange",
     "DRAConsumableCapacity",
     "DRAPartitionableDevices",
     "DRADeviceTaints",
@@ -87,6 +88,8 @@ struct On {
     none_effect: bool,
     counters_apart: bool,
     lists: bool,
+    /// The release knows compatibility groups (1.37; their gate is off).
+    groups: bool,
 }
 
 /// Generates case number `seed` for `release`.
@@ -117,6 +120,7 @@ pub fn case(release: Release, seed: u64) -> Case {
         none_effect: release.taint_effect_none(),
         counters_apart: release.counters_in_own_slices(),
         lists: features.list_type_attributes,
+        groups: release >= Release::V1_37,
     };
     let mut objects = vec![node(&mut rng)];
     objects.extend(classes(&mut rng));
@@ -308,8 +312,12 @@ fn device(rng: &mut Rng, on: On, name: &str, counters: bool, per_device: bool) -
     }
     if on.consumable && rng.chance(35) {
         dev["allowMultipleAllocations"] = json!(true);
-        let policy = if rng.chance(50) {
+        let policy = if rng.chance(40) {
             json!({"default": "10G", "validRange": {"min": "10G", "max": "100G", "step": "10G"}})
+        } else if rng.chance(30) {
+            // Fractional bounds: milli-unit rounding under
+            // DRAFractionalCapacityRange (1.37), whole units otherwise.
+            json!({"default": "200m", "validRange": {"min": "200m", "max": "100", "step": "300m"}})
         } else {
             json!({"default": "50G", "validValues": ["10G", "50G", "100G"]})
         };
@@ -324,6 +332,9 @@ fn device(rng: &mut Rng, on: On, name: &str, counters: bool, per_device: bool) -
     if counters && rng.chance(80) {
         dev["consumesCounters"] = json!([{"counterSet": "cs",
             "counters": {"mem": {"value": rng.pick(&["2Gi", "4Gi", "8Gi"])}}}]);
+        if on.groups && rng.chance(10) {
+            dev["consumesCounters"][0]["compatibilityGroups"] = json!(["g1"]);
+        }
     }
     if per_device {
         dev["nodeName"] = json!(if rng.chance(80) { NODE } else { "node-b" });
@@ -446,7 +457,8 @@ fn exactly(rng: &mut Rng, on: On, admin_allowed: bool) -> Value {
             "effect": rng.pick(&["NoSchedule", "NoExecute"])}]);
     }
     if on.consumable && rng.chance(25) {
-        e["capacity"] = json!({"requests": {"bw": rng.pick(&["20G", "35G", "60G"])}});
+        e["capacity"] =
+            json!({"requests": {"bw": rng.pick(&["20G", "35G", "60G", "250m", "1400m"])}});
     }
     e
 }

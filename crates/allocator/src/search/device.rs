@@ -81,20 +81,28 @@ impl Search<'_, '_> {
         }
         let mut consumed = None;
         if features.consumable_capacity {
-            let step_format = features.rules().rounding_keeps_step_format;
+            let arithmetic = crate::capacity::Arithmetic::of(&features);
+            // Both were checked when the device was found selectable, so an
+            // abort cannot come from here.
             let checked = self.capacity_checked_device(candidate, nth);
             let fits = checked.is_some_and(|k| {
                 let other = self.ctx.candidates[k].device();
-                capacity::consumption(other, &spec.capacity, step_format).is_some_and(|amount| {
-                    capacity::fits(
-                        other,
-                        &amount,
-                        self.ctx.shared[k],
-                        self.allocating_capacity.get(&k),
-                    )
-                })
+                capacity::consumption(other, &spec.capacity, arithmetic)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|amount| {
+                        capacity::fits(
+                            other,
+                            &amount,
+                            self.ctx.shared[k],
+                            self.allocating_capacity.get(&k),
+                            arithmetic,
+                        )
+                    })
             });
-            let amount = capacity::consumption(device, &spec.capacity, step_format);
+            let amount = capacity::consumption(device, &spec.capacity, arithmetic)
+                .ok()
+                .flatten();
             let Some(amount) = amount.filter(|_| fits) else {
                 undo.counters &= !leak;
                 if leak {

@@ -116,17 +116,12 @@ impl Search<'_, '_> {
 
     /// Whether the request's capacity fits the device on its own, ignoring
     /// shares already held or being allocated (consumable capacity only).
-    pub(crate) fn capacity_ok_alone(&self, spec: &RequestSpec, candidate: usize) -> bool {
-        if !self.ctx.features.consumable_capacity {
-            return true;
-        }
-        let device = self.ctx.candidates[candidate].device();
-        capacity::consumption(
-            device,
-            &spec.capacity,
-            self.ctx.features.rules().rounding_keeps_step_format,
-        )
-        .is_some_and(|consumed| capacity::fits(device, &consumed, None, None))
+    pub(crate) fn capacity_ok_alone(
+        &self,
+        spec: &RequestSpec,
+        candidate: usize,
+    ) -> Result<bool, Stop> {
+        self.capacity_fits(spec, candidate, false)
     }
 
     /// Whether a multi-allocation device already has capacity in use, by a
@@ -136,23 +131,47 @@ impl Search<'_, '_> {
     }
 
     /// Whether the request's capacity fits the device (consumable capacity only).
-    pub(crate) fn capacity_ok(&self, spec: &RequestSpec, candidate: usize) -> bool {
+    pub(crate) fn capacity_ok(&self, spec: &RequestSpec, candidate: usize) -> Result<bool, Stop> {
+        self.capacity_fits(spec, candidate, true)
+    }
+
+    /// Whether the request's capacity fits the device, beside what is held
+    /// and being allocated when `beside_others`; a request upstream aborts
+    /// over stops the search.
+    fn capacity_fits(
+        &self,
+        spec: &RequestSpec,
+        candidate: usize,
+        beside_others: bool,
+    ) -> Result<bool, Stop> {
         if !self.ctx.features.consumable_capacity {
-            return true;
+            return Ok(true);
         }
-        let device = self.ctx.candidates[candidate].device();
-        match capacity::consumption(
-            device,
-            &spec.capacity,
-            self.ctx.features.rules().rounding_keeps_step_format,
-        ) {
-            Some(consumed) => capacity::fits(
-                device,
-                &consumed,
+        let cand = self.ctx.candidates[candidate];
+        let device = cand.device();
+        let arithmetic = capacity::Arithmetic::of(&self.ctx.features);
+        let consumed = capacity::consumption(device, &spec.capacity, arithmetic).map_err(|e| {
+            Stop::Fatal(format!(
+                "request {}, device {}/{}/{}: {e}",
+                spec.full_name(),
+                cand.slice.driver,
+                cand.slice.pool,
+                device.name
+            ))
+        })?;
+        let Some(consumed) = consumed else {
+            return Ok(false);
+        };
+        let (held, allocating) = if beside_others {
+            (
                 self.ctx.shared[candidate],
                 self.allocating_capacity.get(&candidate),
-            ),
-            None => false,
-        }
+            )
+        } else {
+            (None, None)
+        };
+        Ok(capacity::fits(
+            device, &consumed, held, allocating, arithmetic,
+        ))
     }
 }

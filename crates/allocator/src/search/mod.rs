@@ -169,9 +169,9 @@ impl<'c, 'a> Search<'c, 'a> {
                             continue;
                         }
                         let fits = if static_only {
-                            self.capacity_ok_alone(spec, i)
+                            self.capacity_ok_alone(spec, i)?
                         } else {
-                            self.capacity_ok(spec, i)
+                            self.capacity_ok(spec, i)?
                         };
                         if fits {
                             devices.push(i);
@@ -355,7 +355,7 @@ impl<'c, 'a> Search<'c, 'a> {
                 if !spec.admin_access && self.in_use(candidate) {
                     continue;
                 }
-                if !self.selectable(c, r, s, candidate)? || !self.capacity_ok(spec, candidate) {
+                if !self.selectable(c, r, s, candidate)? || !self.capacity_ok(spec, candidate)? {
                     continue;
                 }
                 let Some(undo) = self.allocate_device(c, r, s, candidate, d, false)? else {
