@@ -423,3 +423,99 @@ fn pf_and_its_vfs_exclude_each_other_through_counters() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Use case 3 across pods: 2 partitions × 2 nodes (the agents' slices,
+/// the fabric controller's partition slices, nodes labelled as it labels
+/// them), the example job and two copies of it. `simulate` without
+/// `--node` places job A wholly in one partition, job B in the other, and
+/// leaves job C pending with the reason.
+#[test]
+fn jobs_land_wholly_in_one_fabric_partition_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node_slices = Vec::new();
+    for (node, fabric) in [
+        ("n1", "pod-a"),
+        ("n2", "pod-a"),
+        ("n3", "pod-b"),
+        ("n4", "pod-b"),
+    ] {
+        let out = run(bin().args([
+            "slices",
+            "--topology",
+            "mi300x-8gpu-8nic",
+            "--node-name",
+            node,
+            "-o",
+            "json",
+            "--node-labels",
+            &format!("ainic.amd.com/fabric={fabric}"),
+        ]));
+        let slices: Vec<k8s_openapi::api::resource::v1::ResourceSlice> =
+            serde_json::from_slice(&out.stdout).unwrap();
+        node_slices.extend(slices);
+    }
+    let partitions = dra_model::partitions::partitions(&node_slices, "ainic.amd.com");
+    let mut objects: Vec<Value> = node_slices.iter().map(|s| json!(s)).collect();
+    for slice in dra_model::partitions::partition_slices(&partitions, "ainic.amd.com", true) {
+        let mut slice = json!(slice);
+        slice["apiVersion"] = json!("resource.k8s.io/v1");
+        slice["kind"] = json!("ResourceSlice");
+        objects.push(slice);
+    }
+    for (node, label) in dra_model::partitions::node_labels(&partitions) {
+        objects.push(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node, "labels": {dra_model::partitions::LABEL_PARTITION: label}}}));
+    }
+    for s in &mut objects {
+        if s.get("kind").is_none() {
+            s["apiVersion"] = json!("resource.k8s.io/v1");
+            s["kind"] = json!("ResourceSlice");
+        }
+    }
+    std::fs::write(
+        dir.path().join("cluster.json"),
+        serde_json::to_vec(&objects).unwrap(),
+    )
+    .unwrap();
+    let job_a = std::fs::read_to_string(repo("examples/fabric-job/job.yaml")).unwrap();
+    // The template appears once; jobs B and C are A under other names.
+    let template_end = job_a
+        .find("---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\n")
+        .unwrap();
+    let rest = &job_a[template_end..];
+    let mut jobs = job_a.clone();
+    for name in ["job-b", "job-c"] {
+        jobs.push_str(&rest.replace("job-a", name));
+    }
+    std::fs::write(dir.path().join("jobs.yaml"), jobs).unwrap();
+    let out = bin()
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(dir.path())
+        .arg("-f")
+        .arg(repo("deploy/deviceclasses"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let report: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let partition_of = |node: &str| if node <= "n2" { "pod-a" } else { "pod-b" };
+    let placed: BTreeMap<&str, &str> = report
+        .iter()
+        .filter_map(|p| Some((p["pod"].as_str()?, p["node"].as_str()?)))
+        .collect();
+    let a = partition_of(placed["default/job-a-0"]);
+    assert_eq!(partition_of(placed["default/job-a-1"]), a);
+    let b = partition_of(placed["default/job-b-0"]);
+    assert_eq!(partition_of(placed["default/job-b-1"]), b);
+    assert_ne!(a, b, "{report:?}");
+    // (Both pods of a job may share a node: each node has 8 NICs, and the
+    // partition claim counts the job, not its pods.)
+    for pod in ["default/job-c-0", "default/job-c-1"] {
+        assert!(!placed.contains_key(pod), "{report:?}");
+        assert!(
+            stderr.contains(&format!("pod {pod}: 0/4 nodes are available")),
+            "{stderr}"
+        );
+    }
+    assert!(stderr.contains("2 of 6 pods stay pending"), "{stderr}");
+}

@@ -1,14 +1,15 @@
 //! A scheduling question as `ainic-dra simulate` asks it: Kubernetes
-//! objects (Node, DeviceClass, ResourceSlice, ResourceClaim and
-//! ResourceClaimTemplate; Pods are ignored), a node and the gates. Claims
-//! with `status.allocation` hold their devices; all others are allocated
+//! objects (Node, DeviceClass, ResourceSlice, ResourceClaim,
+//! ResourceClaimTemplate and Pod), a node and the gates. Claims with
+//! `status.allocation` hold their devices; all others are allocated
 //! together on the node, all or nothing, as kube-scheduler does for one
-//! pod. The answer has simulate's three outcomes.
+//! pod. The answer has simulate's three outcomes. Pods are placed one
+//! after another by [`crate::placement`].
 //!
 //! Upstream's allocator (run by `testbed/oracle-1.3x`) answers the same
 //! question on the same objects; the differential tests compare the two.
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimStatus,
     ResourceClaimTemplate, ResourceSlice,
@@ -63,8 +64,15 @@ pub struct Scenario {
     pub slices: Vec<ResourceSlice>,
     /// Claims with an allocation: they hold their devices.
     pub held: Vec<ResourceClaim>,
-    /// Claims to allocate, in input order.
+    /// Claims to allocate, in input order (one per template too).
     pub pending: Vec<ResourceClaim>,
+    /// The ResourceClaims among `pending` (not those of templates): the
+    /// claims pods share by name.
+    pub claims: Vec<ResourceClaim>,
+    /// ResourceClaimTemplates, which stamp out a claim per pod.
+    pub templates: Vec<ResourceClaimTemplate>,
+    /// Pods, in input order.
+    pub pods: Vec<Pod>,
     /// DeviceTaintRules: their taints are added to the devices they select
     /// before allocating, as the scheduler's slice tracker does.
     pub taint_rules: Vec<DeviceTaintRule>,
@@ -119,7 +127,9 @@ impl Scenario {
             "Node" => self
                 .nodes
                 .push(serde_json::from_value(value).map_err(parse_error)?),
-            "Pod" => {}
+            "Pod" => self
+                .pods
+                .push(serde_json::from_value(value).map_err(parse_error)?),
             "DeviceClass" => self
                 .classes
                 .push(serde_json::from_value(value).map_err(parse_error)?),
@@ -130,12 +140,16 @@ impl Scenario {
                 .taint_rules
                 .push(serde_json::from_value(value).map_err(parse_error)?),
             "ResourceClaim" => {
-                let claim = serde_json::from_value(value).map_err(parse_error)?;
+                let claim: ResourceClaim = serde_json::from_value(value).map_err(parse_error)?;
+                if claim.status.as_ref().is_none_or(|s| s.allocation.is_none()) {
+                    self.claims.push(claim.clone());
+                }
                 self.add_claim(claim);
             }
             "ResourceClaimTemplate" => {
                 let template: ResourceClaimTemplate =
                     serde_json::from_value(value).map_err(parse_error)?;
+                self.templates.push(template.clone());
                 self.add_claim(claim_from_template(template));
             }
             "" => return Err("object has no kind".into()),
@@ -177,18 +191,23 @@ impl Scenario {
         }
     }
 
+    /// The slices as the scheduler sees them: with the DeviceTaintRules'
+    /// taints (without the gate it neither applies rules nor heeds taints).
+    pub(crate) fn visible_slices(&self, features: Features) -> Vec<ResourceSlice> {
+        if features.device_taints {
+            tainted(&self.slices, &self.taint_rules)
+        } else {
+            self.slices.clone()
+        }
+    }
+
     /// Allocates the pending claims together on node `name`.
     pub fn solve(&self, features: Features, name: &str) -> Answer {
         let node = match self.node(name) {
             Ok(node) => node,
             Err(e) => return Answer::Invalid(e),
         };
-        // Without the gate the scheduler neither applies rules nor heeds taints.
-        let slices = if features.device_taints {
-            tainted(&self.slices, &self.taint_rules)
-        } else {
-            self.slices.clone()
-        };
+        let slices = self.visible_slices(features);
         let allocator = match Allocator::new(features, &slices, &self.classes, &self.held) {
             Ok(a) => a,
             Err(e) => return Answer::Invalid(format!("invalid input: {e}")),
@@ -234,7 +253,7 @@ pub fn tainted(slices: &[ResourceSlice], rules: &[DeviceTaintRule]) -> Vec<Resou
     out
 }
 
-fn with_allocations(
+pub(crate) fn with_allocations(
     claims: &[ResourceClaim],
     results: Vec<AllocationResult>,
 ) -> Vec<ResourceClaim> {
@@ -286,6 +305,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((s.nodes.len(), s.held.len(), s.pending.len()), (1, 1, 1));
+        assert_eq!((s.pods.len(), s.templates.len(), s.claims.len()), (1, 1, 0));
         assert_eq!(s.pending[0].metadata.name.as_deref(), Some("t"));
         assert!(s.node("m").unwrap_err().contains("not among the 1 Node"));
     }

@@ -1,8 +1,10 @@
 //! `ainic-dra simulate`: what kube-scheduler would allocate for a pod's
-//! claims on one node, from Kubernetes objects in files (no cluster).
+//! claims on one node, or where it would put several pods one after
+//! another, from Kubernetes objects in files (no cluster).
 //!
-//! Exit 0 prints the claims with `status.allocation` set; exit 3 explains
-//! which request cannot be satisfied and why; exit 2 is invalid input.
+//! Exit 0 prints the claims with `status.allocation` set (or each pod's
+//! node and devices); exit 3 explains which request cannot be satisfied
+//! and why (or which pods stay pending); exit 2 is invalid input.
 
 use std::path::{Path, PathBuf};
 
@@ -19,24 +21,33 @@ use super::Exit;
 #[derive(Args, Debug)]
 #[command(
     after_help = "Inputs: Node, DeviceClass, ResourceSlice, ResourceClaim objects (resource.k8s.io/v1; \
-YAML with several documents, JSON, or kind: List). A ResourceClaimTemplate counts as a claim named \
-after it; Pods are ignored. Claims that already have status.allocation hold their devices; all \
-others are allocated together, all or nothing, as kube-scheduler does for one pod (none pending: \
-nothing to do, an empty list).\n\n\
+YAML with several documents, JSON, or kind: List), and Pods. Claims that already have \
+status.allocation hold their devices.\n\n\
+With --node: every other claim is allocated on that node, together, all or nothing, as \
+kube-scheduler does for one pod (a ResourceClaimTemplate counts as a claim named after it; Pods \
+are ignored; none pending: nothing to do, an empty list).\n\n\
+Without --node: the Pods are placed one after another, in input order, as the scheduler binds \
+them: each pod's claims (spec.resourceClaims: shared claims by name, its own from templates) go \
+on the first Node, by name, that takes them all beside what earlier pods hold; a shared claim \
+allocated for one pod keeps its devices and nodes for the next. The scheduler scores the nodes \
+that fit and may pick another one; which nodes fit, and why a pod fits none, are the same.\n\n\
 The answer follows the allocator of the Kubernetes release given by --kubernetes-version (default \
 1.37): its default feature gates and its rules (counters in slices of their own and taint effect \
 None from 1.35, list-typed attributes under their gate from 1.36). --feature-gates overrides single \
 gates.\n\n\
-Exit status: 0 = allocated (the claims are printed with status.allocation), \
-3 = cannot be allocated (stderr names the request and why), 2 = invalid input.\n\n\
+Exit status: 0 = allocated (the claims are printed with status.allocation; without --node \
+each pod's node and devices), 3 = cannot be allocated (stderr names the request and why; \
+without --node the pods that stay pending, after the placements), 2 = invalid input.\n\n\
 Examples:\n  ainic-dra slices --topology mi300x-8gpu-8nic --node-name n1 > slices.yaml\n  \
 ainic-dra simulate --node n1 -f slices.yaml -f gpu-slices.yaml -f deploy/deviceclasses -f examples/gpu-nic-pcieroot.yaml\n  \
-ainic-dra simulate --kubernetes-version 1.34 --feature-gates DRAConsumableCapacity=true --node n1 -f objects/"
+ainic-dra simulate --kubernetes-version 1.34 --feature-gates DRAConsumableCapacity=true --node n1 -f objects/\n  \
+ainic-dra simulate -f nodes.yaml -f slices/ -f deploy/deviceclasses -f examples/fabric-job/job.yaml"
 )]
 pub struct SimulateArgs {
-    /// The node to allocate on (its Node object, if given, supplies labels).
+    /// The node to allocate on (its Node object, if given, supplies
+    /// labels). Without it the input's Pods are placed on its Nodes.
     #[arg(long, value_name = "NAME")]
-    node: String,
+    node: Option<String>,
 
     /// The Kubernetes release whose scheduler to imitate: its default
     /// feature gates and allocation rules (1.34, 1.35, 1.36, 1.37).
@@ -128,7 +139,10 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         }
     }
     let scenario = Scenario::from_objects(objects).map_err(invalid)?;
-    match scenario.solve(features, &args.node) {
+    let Some(node) = &args.node else {
+        return place(&scenario, features, args.output);
+    };
+    match scenario.solve(features, node) {
         Answer::Allocated(claims) => {
             print!("{}", render(&claims, args.output)?);
             Ok(())
@@ -136,6 +150,100 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         Answer::Unallocatable(message) => Err(Exit { code: 3, message }.into()),
         Answer::Invalid(message) => Err(invalid(message)),
     }
+}
+
+/// Places the pods and prints each one's node and devices.
+fn place(scenario: &Scenario, features: Features, format: Format) -> Result<()> {
+    if scenario.pods.is_empty() {
+        return Err(invalid(
+            "no --node given and no Pods to place: name a node, or give Pods and Nodes",
+        ));
+    }
+    let placements = allocator::place_pods(scenario, features).map_err(invalid)?;
+    let report: Vec<PodReport> = placements.iter().map(placement_report).collect();
+    print!("{}", render_values(&report, format)?);
+    let pending: Vec<String> = placements
+        .iter()
+        .filter_map(|p| {
+            p.outcome
+                .as_ref()
+                .err()
+                .map(|why| format!("pod {}: {why}", p.pod))
+        })
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    Err(Exit {
+        code: 3,
+        message: format!(
+            "{} of {} pods stay pending:\n{}",
+            pending.len(),
+            placements.len(),
+            pending.join("\n")
+        ),
+    }
+    .into())
+}
+
+/// One pod of `simulate`'s placement report.
+#[derive(serde::Serialize)]
+struct PodReport<'a> {
+    pod: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    claims: Vec<ClaimReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pending: Option<&'a str>,
+}
+
+/// A claim of a placed pod: `request: driver/pool/device` per device.
+#[derive(serde::Serialize)]
+struct ClaimReport {
+    claim: String,
+    devices: Vec<String>,
+}
+
+fn placement_report(placement: &allocator::Placement) -> PodReport<'_> {
+    let mut report = PodReport {
+        pod: &placement.pod,
+        node: None,
+        claims: Vec::new(),
+        pending: None,
+    };
+    match &placement.outcome {
+        Err(why) => report.pending = Some(why),
+        Ok((node, claims)) => {
+            report.node = Some(node);
+            report.claims = claims.iter().map(claim_report).collect();
+        }
+    }
+    report
+}
+
+fn claim_report(claim: &ResourceClaim) -> ClaimReport {
+    let results = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_deref())
+        .unwrap_or_default();
+    ClaimReport {
+        claim: claim.metadata.name.clone().unwrap_or_default(),
+        devices: results
+            .iter()
+            .map(|r| format!("{}: {}/{}/{}", r.request, r.driver, r.pool, r.device))
+            .collect(),
+    }
+}
+
+fn render_values<T: serde::Serialize>(values: &[T], format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Json => format!("{}\n", serde_json::to_string_pretty(values)?),
+        Format::Yaml => serde_yaml_ng::to_string(values)?,
+    })
 }
 
 fn render(claims: &[ResourceClaim], format: Format) -> Result<String> {

@@ -1,0 +1,223 @@
+//! Pods placed one after another, as kube-scheduler binds them: each pod's
+//! claims (shared ones by name, its own from templates) are allocated on
+//! the first node, by name, where they all fit beside what earlier pods
+//! and the input's allocated claims hold. A shared claim allocated for an
+//! earlier pod keeps its devices and pins later pods to the nodes its
+//! allocation selects — which is how a job's pods stay in the fabric
+//! partition the first pod's claim got.
+//!
+//! The scheduler scores feasible nodes and takes the best; this takes the
+//! first by name, so when several nodes fit it may name another one than a
+//! cluster would. Which nodes fit, and why a pod fits none, are the same.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+use crate::node::selector_matches;
+use crate::scenario::{claim_from_template, with_allocations};
+use crate::{AllocateError, Allocator, Features, NodeFacts, Scenario};
+
+/// Where one pod went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The node and the pod's claims, each with its allocation, or why no
+    /// node takes the pod.
+    pub outcome: Result<(String, Vec<ResourceClaim>), String>,
+}
+
+/// A pod's claim: allocated already (by the input or an earlier pod), or
+/// to be allocated with this pod.
+enum Need {
+    Held(ResourceClaim),
+    Pending(ResourceClaim),
+}
+
+/// Places the scenario's pods in input order; `Err` is invalid input (a
+/// claim or template a pod names is missing, a class unknown, …).
+pub fn place_pods(scenario: &Scenario, features: Features) -> Result<Vec<Placement>, String> {
+    let mut nodes: Vec<NodeFacts> = scenario.nodes.iter().map(NodeFacts::from_node).collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    if nodes.is_empty() {
+        return Err("placing pods needs the Node objects to place them on".into());
+    }
+    let slices = scenario.visible_slices(features);
+    let mut held = scenario.held.clone();
+    let mut shared: BTreeMap<(String, String), ResourceClaim> = scenario
+        .claims
+        .iter()
+        .map(|c| (key(&c.metadata), c.clone()))
+        .collect();
+    let mut placements = Vec::new();
+    for pod in &scenario.pods {
+        let label = pod_label(pod);
+        let needs =
+            needs(scenario, pod, &held, &shared).map_err(|e| format!("pod {label}: {e}"))?;
+        let allocator = Allocator::new(features, &slices, &scenario.classes, &held)
+            .map_err(|e| format!("invalid input: {e}"))?;
+        let outcome = place(&allocator, pod, &nodes, &needs)?;
+        if let Ok((_, claims)) = &outcome {
+            for (need, claim) in needs.iter().zip(claims) {
+                if let Need::Pending(_) = need {
+                    shared.remove(&key(&claim.metadata));
+                    held.push(claim.clone());
+                }
+            }
+        }
+        placements.push(Placement {
+            pod: label,
+            outcome,
+        });
+    }
+    Ok(placements)
+}
+
+/// Tries the nodes in order: the first where the held claims' allocations
+/// allow it and the pending claims fit.
+fn place(
+    allocator: &Allocator,
+    pod: &Pod,
+    nodes: &[NodeFacts],
+    needs: &[Need],
+) -> Result<Result<(String, Vec<ResourceClaim>), String>, String> {
+    let pending: Vec<ResourceClaim> = needs
+        .iter()
+        .filter_map(|n| match n {
+            Need::Pending(c) => Some(c.clone()),
+            Need::Held(_) => None,
+        })
+        .collect();
+    let mut reasons = Vec::new();
+    for node in nodes.iter().filter(|n| pod_allows(pod, n)) {
+        if let Some(claim) = needs.iter().find_map(|n| match n {
+            Need::Held(c) if !allocated_for(c, node) => Some(c),
+            _ => None,
+        }) {
+            reasons.push(format!(
+                "node {}: claim {} is allocated for other nodes",
+                node.name,
+                crate::request::claim_label(claim)
+            ));
+            continue;
+        }
+        match allocator.allocate(node, &pending) {
+            Ok(results) => {
+                let mut allocated = with_allocations(&pending, results).into_iter();
+                let claims = needs
+                    .iter()
+                    .map(|n| match n {
+                        Need::Held(c) => c.clone(),
+                        Need::Pending(_) => allocated.next().expect("one result per pending claim"),
+                    })
+                    .collect();
+                return Ok(Ok((node.name.clone(), claims)));
+            }
+            Err(AllocateError::Input(e)) => return Err(format!("invalid input: {e}")),
+            Err(AllocateError::Unsatisfiable(f)) => {
+                reasons.push(format!("node {}: {}", node.name, f.explanation));
+            }
+        }
+    }
+    let considered = reasons.len();
+    Ok(Err(format!(
+        "0/{} nodes are available{}{}",
+        nodes.len(),
+        if considered < nodes.len() {
+            format!(
+                " ({} excluded by the pod's nodeName or nodeSelector)",
+                nodes.len() - considered
+            )
+        } else {
+            String::new()
+        },
+        reasons.iter().map(|r| format!("; {r}")).collect::<String>()
+    )))
+}
+
+/// The pod's claims, in `spec.resourceClaims` order.
+fn needs(
+    scenario: &Scenario,
+    pod: &Pod,
+    held: &[ResourceClaim],
+    shared: &BTreeMap<(String, String), ResourceClaim>,
+) -> Result<Vec<Need>, String> {
+    let namespace = namespace_of(&pod.metadata);
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let entries = pod.spec.as_ref().and_then(|s| s.resource_claims.as_deref());
+    let mut needs = Vec::new();
+    for entry in entries.unwrap_or_default() {
+        if let Some(name) = &entry.resource_claim_name {
+            let wanted = (namespace.clone(), name.clone());
+            if let Some(claim) = held.iter().find(|c| key(&c.metadata) == wanted) {
+                needs.push(Need::Held(claim.clone()));
+            } else if let Some(claim) = shared.get(&wanted) {
+                needs.push(Need::Pending(claim.clone()));
+            } else {
+                return Err(format!("claim {namespace}/{name} is not in the input"));
+            }
+        } else if let Some(template) = &entry.resource_claim_template_name {
+            let found = scenario.templates.iter().find(|t| {
+                t.metadata.name.as_deref() == Some(template)
+                    && namespace_of(&t.metadata) == namespace
+            });
+            let Some(found) = found else {
+                return Err(format!(
+                    "template {namespace}/{template} is not in the input"
+                ));
+            };
+            let mut claim = claim_from_template(found.clone());
+            // The name the resource-claim controller would give, less its
+            // random suffix.
+            claim.metadata.name = Some(format!("{pod_name}-{}", entry.name));
+            claim.metadata.namespace = Some(namespace.clone());
+            claim.metadata.uid = Some(format!("{namespace}/{pod_name}/{}", entry.name));
+            needs.push(Need::Pending(claim));
+        } else {
+            return Err(format!(
+                "resourceClaims entry {} names neither a claim nor a template",
+                entry.name
+            ));
+        }
+    }
+    Ok(needs)
+}
+
+/// Whether an allocated claim's node selector takes `node` (none: any).
+fn allocated_for(claim: &ResourceClaim, node: &NodeFacts) -> bool {
+    let selector = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.node_selector.as_ref());
+    selector.is_none_or(|s| selector_matches(s, node).unwrap_or(false))
+}
+
+/// The pod's `spec.nodeName` and `spec.nodeSelector`.
+fn pod_allows(pod: &Pod, node: &NodeFacts) -> bool {
+    let Some(spec) = &pod.spec else {
+        return true;
+    };
+    if spec.node_name.as_ref().is_some_and(|n| *n != node.name) {
+        return false;
+    }
+    spec.node_selector
+        .iter()
+        .flatten()
+        .all(|(k, v)| node.labels.get(k) == Some(v))
+}
+
+fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.namespace.clone().unwrap_or_else(|| "default".into())
+}
+
+fn key(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (String, String) {
+    (namespace_of(meta), meta.name.clone().unwrap_or_default())
+}
+
+fn pod_label(pod: &Pod) -> String {
+    let (namespace, name) = key(&pod.metadata);
+    format!("{namespace}/{name}")
+}
