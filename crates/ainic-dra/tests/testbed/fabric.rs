@@ -6,7 +6,8 @@
 //! partition without naming it; a job that fits no partition stays
 //! pending with the scheduler's reason; moving a node to the other
 //! partition updates the partition slices; stopping the controller leaves
-//! the running pods and their claims alone.
+//! the running pods and their claims alone. `simulate`, given what the
+//! API server holds before the jobs start, predicts the same placements.
 //!
 //! Runs on a control plane of its own: the controller labels every Node
 //! and publishes for every agent, which must not reach other tests. The
@@ -17,7 +18,9 @@ use std::process::{Child, Command, Stdio};
 
 use dra_model::partitions::LABEL_PARTITION;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -154,6 +157,65 @@ async fn run_job(pods: &Api<Pod>, claims: &Api<ResourceClaim>, job: &str) -> Vec
     nodes
 }
 
+/// What `simulate` predicts for jobs a, b and c, from the Nodes, slices
+/// and classes the API server holds now: each pod's partition, or `None`
+/// when it stays pending.
+async fn simulated(
+    client: &kube::Client,
+    dir: &std::path::Path,
+) -> BTreeMap<String, Option<&'static str>> {
+    std::fs::create_dir_all(dir).unwrap();
+    let lp = ListParams::default();
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap()
+        .items;
+    let slices = Api::<ResourceSlice>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap()
+        .items;
+    let classes = Api::<DeviceClass>::all(client.clone())
+        .list(&lp)
+        .await
+        .unwrap()
+        .items;
+    let mut objects: Vec<serde_json::Value> = Vec::new();
+    objects.extend(nodes.iter().map(|o| json!(o)));
+    objects.extend(slices.iter().map(|o| json!(o)));
+    objects.extend(classes.iter().map(|o| json!(o)));
+    objects.extend(example("job-a"));
+    for job in ["job-b", "job-c"] {
+        objects.extend(
+            example(job)
+                .into_iter()
+                .filter(|o| o["kind"] != "ResourceClaimTemplate"),
+        );
+    }
+    let input = dir.join("objects.json");
+    std::fs::write(&input, serde_json::to_vec(&objects).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let report: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    report
+        .iter()
+        .map(|p| {
+            let pod = p["pod"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("default/")
+                .to_string();
+            (pod, p["node"].as_str().map(partition_of))
+        })
+        .collect()
+}
+
 fn partition_of(node: &str) -> &'static str {
     if node.starts_with("fab-x") { "x" } else { "y" }
 }
@@ -207,6 +269,15 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
+
+    // What simulate predicts before the jobs start: the same pattern.
+    let predicted = simulated(&client, &bed.dir().join("simulate")).await;
+    eprintln!("simulate: {predicted:?}");
+    let (pa, pb) = (predicted["job-a-0"].unwrap(), predicted["job-b-0"].unwrap());
+    assert_eq!(predicted["job-a-1"], Some(pa), "{predicted:?}");
+    assert_eq!(predicted["job-b-1"], Some(pb), "{predicted:?}");
+    assert_ne!(pa, pb, "{predicted:?}");
+    assert_eq!((predicted["job-c-0"], predicted["job-c-1"]), (None, None));
 
     // Job A fills one partition, job B the other: each wholly in one, and
     // each claim's allocation pins its pods to that partition's label.
