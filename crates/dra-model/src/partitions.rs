@@ -17,6 +17,14 @@
 //! node count, so several jobs share a partition up to its size; without
 //! it, one claim takes the whole partition.
 //!
+//! Beside the partition label the controller keeps a label per finer
+//! fabric level, for gang schedulers that place by node labels (Kueue
+//! topology-aware scheduling, KAI): [`LABEL_RAIL_GROUP`] names the set of
+//! leaf switches a node's NICs reach (nodes reaching the same leaves form
+//! one rail group, a scalable unit of a rail-optimized fabric) and
+//! [`LABEL_LEAF`] the leaf of its lowest rail. Both come from the
+//! `leafSwitch` attribute and are absent where the agents publish none.
+//!
 //! A node whose NICs sit in several partitions is counted in the first
 //! (by name) only, since it can carry one label value. Nodes whose PFs are
 //! published as their VFs count too (their VFs carry the attribute); a NIC
@@ -39,6 +47,14 @@ use crate::validate::format;
 
 /// The node label naming a node's fabric partition, kept by the controller.
 pub const LABEL_PARTITION: &str = "ainic.amd.com/fabric-partition";
+/// The node label naming the set of leaf switches a node's NICs (in its
+/// partition) reach: the leaf's own name when there is one, else
+/// `leaves-<hash of the sorted set>`.
+pub const LABEL_RAIL_GROUP: &str = "ainic.amd.com/fabric-rail-group";
+/// The node label naming the leaf switch of the node's lowest rail.
+pub const LABEL_LEAF: &str = "ainic.amd.com/fabric-leaf";
+/// Every node label the controller keeps, coarsest level first.
+pub const NODE_LABELS: [&str; 3] = [LABEL_PARTITION, LABEL_RAIL_GROUP, LABEL_LEAF];
 /// Prefix of the controller's pool names.
 pub const POOL_PREFIX: &str = "fabric/";
 /// The `type` attribute of a partition device.
@@ -63,6 +79,9 @@ pub struct Partition {
     pub nics: u64,
     /// Rails of its NICs.
     pub rails: BTreeSet<i64>,
+    /// Per node, the leaf switch of each of its NICs in the partition, by
+    /// rail (`i64::MAX` for a NIC without one).
+    pub leaves: BTreeMap<String, BTreeSet<(i64, String)>>,
 }
 
 fn attribute<'a>(device: &'a Device, driver: &str, id: &str) -> Option<&'a DeviceAttribute> {
@@ -98,6 +117,7 @@ pub fn partitions(slices: &[ResourceSlice], driver: &str) -> BTreeMap<String, Pa
     // (node, fabric) -> the PCI addresses of the NICs (PFs) seen in it, and rails.
     let mut nics: BTreeMap<(&str, &str), BTreeSet<String>> = BTreeMap::new();
     let mut rails: BTreeMap<(&str, &str), BTreeSet<i64>> = BTreeMap::new();
+    let mut leaves: BTreeMap<(&str, &str), BTreeSet<(i64, String)>> = BTreeMap::new();
     for (node, device) in node_devices(slices, driver) {
         let fabric = attribute(device, driver, attr::FABRIC).and_then(|a| a.string.as_deref());
         let Some(fabric) = fabric.filter(|f| !f.is_empty()) else {
@@ -111,6 +131,11 @@ pub fn partitions(slices: &[ResourceSlice], driver: &str) -> BTreeMap<String, Pa
         nics.entry((node, fabric)).or_default().insert(pf);
         let rail = attribute(device, driver, attr::RAIL).and_then(|a| a.int);
         rails.entry((node, fabric)).or_default().extend(rail);
+        let leaf = attribute(device, driver, attr::LEAF_SWITCH).and_then(|a| a.string.as_ref());
+        if let Some(leaf) = leaf.filter(|l| !l.is_empty()) {
+            let by_rail = (rail.unwrap_or(i64::MAX), leaf.clone());
+            leaves.entry((node, fabric)).or_default().insert(by_rail);
+        }
     }
     let mut out: BTreeMap<String, Partition> = BTreeMap::new();
     for (node, fabrics) in by_node {
@@ -126,6 +151,9 @@ pub fn partitions(slices: &[ResourceSlice], driver: &str) -> BTreeMap<String, Pa
         p.nics += nics.get(&(node, *fabric)).map_or(0, |s| s.len() as u64);
         p.rails
             .extend(rails.get(&(node, *fabric)).into_iter().flatten());
+        if let Some(found) = leaves.remove(&(node, *fabric)) {
+            p.leaves.insert(node.to_string(), found);
+        }
     }
     out
 }
@@ -282,6 +310,37 @@ pub fn node_labels(partitions: &BTreeMap<String, Partition>) -> BTreeMap<String,
         .collect()
 }
 
+/// Every label of [`NODE_LABELS`] each node should carry: its partition's
+/// label and, where its NICs publish leaf switches, its rail group and
+/// leaf. A node missing here should carry none of them.
+pub fn node_fabric_labels(
+    partitions: &BTreeMap<String, Partition>,
+) -> BTreeMap<String, BTreeMap<&'static str, String>> {
+    let mut out: BTreeMap<String, BTreeMap<&'static str, String>> = BTreeMap::new();
+    for (node, label) in node_labels(partitions) {
+        out.entry(node).or_default().insert(LABEL_PARTITION, label);
+    }
+    for p in partitions.values() {
+        for (node, leaves) in &p.leaves {
+            let Some(labels) = out.get_mut(node) else {
+                continue;
+            };
+            let distinct: BTreeSet<&str> = leaves.iter().map(|(_, l)| l.as_str()).collect();
+            let group = match distinct.iter().collect::<Vec<_>>().as_slice() {
+                [one] => label_of(one),
+                many => {
+                    let joined = many.iter().map(|l| **l).collect::<Vec<_>>().join(",");
+                    Some(format!("leaves-{:08x}", fnv(&joined)))
+                }
+            };
+            labels.extend(group.map(|g| (LABEL_RAIL_GROUP, g)));
+            let lowest = leaves.first().and_then(|(_, leaf)| label_of(leaf));
+            labels.extend(lowest.map(|l| (LABEL_LEAF, l)));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -334,6 +393,58 @@ mod tests {
                 .unwrap()[0]
                 .allow_multiple_allocations
                 .is_none()
+        );
+    }
+
+    /// Gives every device of `slices` the leaf switch `leaf(rail)`.
+    fn with_leaves(
+        mut slices: Vec<ResourceSlice>,
+        leaf: impl Fn(i64) -> &'static str,
+    ) -> Vec<ResourceSlice> {
+        for d in slices
+            .iter_mut()
+            .flat_map(|s| s.spec.devices.iter_mut().flatten())
+        {
+            let rail = attribute(d, "ainic.amd.com", attr::RAIL)
+                .and_then(|a| a.int)
+                .unwrap();
+            let value = DeviceAttribute {
+                string: Some(leaf(rail).to_string()),
+                ..DeviceAttribute::default()
+            };
+            (d.attributes.get_or_insert_with(BTreeMap::new))
+                .insert(names::qualified("ainic.amd.com", attr::LEAF_SWITCH), value);
+        }
+        slices
+    }
+
+    #[test]
+    fn rail_group_and_leaf_labels_follow_the_leaf_switches() {
+        let mut slices = with_leaves(node_pool("n1", "pod-a"), |rail| {
+            if rail == 0 { "Leaf-11" } else { "leaf-12" }
+        });
+        slices.extend(with_leaves(node_pool("n2", "pod-a"), |_| "leaf-11"));
+        slices.extend(with_leaves(node_pool("n4", "pod-a"), |rail| {
+            if rail == 0 { "leaf-11" } else { "leaf-12" }
+        }));
+        slices.extend(node_pool("n3", "pod-b"));
+        let labels = node_fabric_labels(&partitions(&slices, "ainic.amd.com"));
+        let n1 = &labels["n1"];
+        assert_eq!(n1[LABEL_PARTITION], "pod-a");
+        assert!(n1[LABEL_RAIL_GROUP].starts_with("leaves-"), "{n1:?}");
+        assert_eq!(n1[LABEL_LEAF], "leaf-11", "the lowest rail's, as a label");
+        assert_eq!(
+            labels["n2"][LABEL_RAIL_GROUP], "leaf-11",
+            "one leaf: its name"
+        );
+        assert_ne!(
+            labels["n4"][LABEL_RAIL_GROUP], n1[LABEL_RAIL_GROUP],
+            "Leaf-11 is not leaf-11"
+        );
+        assert_eq!(
+            labels["n3"].keys().copied().collect::<Vec<_>>(),
+            [LABEL_PARTITION],
+            "no leaves published: the partition only"
         );
     }
 

@@ -25,7 +25,7 @@ pub mod reconcile;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dra_model::partitions::LABEL_PARTITION;
+use dra_model::partitions::NODE_LABELS;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -72,18 +72,21 @@ fn nudge_on<K: Send + 'static>(mut seen: mpsc::Receiver<K>, nudges: mpsc::Sender
     });
 }
 
-/// Feeds a nudge into `nudges` when a Node comes or goes or its partition
-/// label changes: not on the status updates every kubelet sends.
+/// Feeds a nudge into `nudges` when a Node comes or goes or one of the
+/// fabric labels the controller keeps changes: not on the status updates
+/// every kubelet sends.
 fn nudge_on_nodes(mut seen: mpsc::Receiver<Seen<Node>>, nudges: mpsc::Sender<()>) {
     tokio::spawn(async move {
-        let mut labels: BTreeMap<String, Option<String>> = BTreeMap::new();
+        let mut labels: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
         while let Some(event) = seen.recv().await {
             let relevant = match event {
                 Seen::Applied(node) => {
                     let name = node.metadata.name.clone().unwrap_or_default();
-                    let label = (node.metadata.labels.as_ref())
-                        .and_then(|l| l.get(LABEL_PARTITION).cloned());
-                    labels.insert(name, label.clone()) != Some(label)
+                    let kept: Vec<Option<String>> = NODE_LABELS
+                        .iter()
+                        .map(|key| node.metadata.labels.as_ref()?.get(*key).cloned())
+                        .collect();
+                    labels.insert(name, kept.clone()) != Some(kept)
                 }
                 Seen::Deleted(node) => {
                     labels.remove(&node.metadata.name.unwrap_or_default());

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dra_model::partitions::{self, LABEL_PARTITION, POOL_PREFIX};
+use dra_model::partitions::{self, NODE_LABELS, POOL_PREFIX};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::Api;
@@ -76,7 +76,7 @@ impl Reconciler {
                 .collect(),
             ..Pass::default()
         };
-        pass.labels = self.label_nodes(&partitions::node_labels(&found)).await?;
+        pass.labels = (self.label_nodes(&partitions::node_fabric_labels(&found))).await?;
         // A node that could not be labelled is logged and tried again at the
         // next pass; the slices are written regardless.
         let desired = partitions::partition_slices(&found, &self.driver, self.shared);
@@ -87,29 +87,38 @@ impl Reconciler {
         Ok(pass)
     }
 
-    /// Sets [`LABEL_PARTITION`] to `wanted` on every node, removing it from
-    /// nodes not in any partition; how many nodes changed.
-    async fn label_nodes(&self, wanted: &BTreeMap<String, String>) -> Result<usize, PassError> {
+    /// Sets the labels of [`NODE_LABELS`] as `wanted` says on every node,
+    /// removing those it does not name; how many nodes changed.
+    async fn label_nodes(
+        &self,
+        wanted: &BTreeMap<String, BTreeMap<&'static str, String>>,
+    ) -> Result<usize, PassError> {
         // Metadata only: a cluster's full Node objects are large.
         let nodes = self.nodes.list_metadata(&ListParams::default()).await;
         let nodes = nodes.map_err(failed("list nodes"))?.items;
+        let none = BTreeMap::new();
         let mut changed = 0;
         for node in nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
             let labels = node.metadata.labels.unwrap_or_default();
-            let has = labels.get(LABEL_PARTITION);
-            let want = wanted.get(&name);
-            if has == want {
+            let want = wanted.get(&name).unwrap_or(&none);
+            // A merge patch: a value sets the label, null removes it.
+            let changes: serde_json::Map<String, Value> = NODE_LABELS
+                .iter()
+                .filter(|key| labels.get(**key) != want.get(**key))
+                .map(|key| (key.to_string(), json!(want.get(key))))
+                .collect();
+            if changes.is_empty() {
                 continue;
             }
-            let patch = json!({"metadata": {"labels": {LABEL_PARTITION: want}}});
+            let patch = json!({"metadata": {"labels": changes}});
             let done = self
                 .nodes
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
             match done {
                 Ok(_) => {
-                    tracing::info!(node = %name, partition = ?want, "node partition label set");
+                    tracing::info!(node = %name, labels = ?want, "node fabric labels set");
                     changed += 1;
                 }
                 // Deleted since the list: nothing to label.

@@ -6,7 +6,8 @@
 //! partition without naming it; a job that fits no partition stays
 //! pending with the scheduler's reason; moving a node to the other
 //! partition updates the partition slices; stopping the controller leaves
-//! the running pods and their claims alone. `simulate`, given what the
+//! the running pods and their claims alone. The controller also keeps
+//! the rail-group and leaf labels. `simulate`, given what the
 //! API server holds before the jobs start, predicts the same placements.
 //!
 //! Runs on a control plane of its own: the controller labels every Node
@@ -16,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 
-use dra_model::partitions::LABEL_PARTITION;
+use dra_model::partitions::{LABEL_LEAF, LABEL_PARTITION, LABEL_RAIL_GROUP};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
@@ -238,7 +239,10 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
     let mut agents = Vec::new();
     for (nodes, fabric) in [(X, "fab-x"), (Y, "fab-y")] {
         for node in nodes {
-            let labels = BTreeMap::from([(format!("{DRIVER}/fabric"), fabric.to_string())]);
+            let labels = BTreeMap::from([
+                (format!("{DRIVER}/fabric"), fabric.to_string()),
+                (format!("{DRIVER}/leaf-switch"), format!("{fabric}-leaf")),
+            ]);
             agents.push(NodeAgent::start(bed, node, "mi300x-8gpu-8nic", &labels, &[]).await);
         }
     }
@@ -254,6 +258,9 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
     for node in X {
         let labels = nodes.get(node).await.unwrap().metadata.labels.unwrap();
         assert_eq!(labels[LABEL_PARTITION], "fab-x", "{node}");
+        // One leaf per node here: rail group and leaf both name it.
+        assert_eq!(labels[LABEL_RAIL_GROUP], "fab-x-leaf", "{node}");
+        assert_eq!(labels[LABEL_LEAF], "fab-x-leaf", "{node}");
     }
     // At rest the controller writes nothing.
     let before = partition_slices(&client).await;
