@@ -37,7 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Device, DeviceAttribute, DeviceCapacity,
-    ResourcePool, ResourceSlice, ResourceSliceSpec,
+    ResourceClaim, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -67,6 +67,9 @@ pub const ATTR_NODE_COUNT: &str = "nodeCount";
 pub const ATTR_NIC_COUNT: &str = "nicCount";
 /// Attribute: distinct rails in the partition.
 pub const ATTR_RAIL_COUNT: &str = "railCount";
+/// Attribute: nodes of the partition's capacity that allocated claims
+/// hold (the whole partition for a claim without consumed capacity).
+pub const ATTR_NODES_ALLOCATED: &str = "nodesAllocated";
 
 /// One fabric partition as the node agents' slices describe it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,6 +85,8 @@ pub struct Partition {
     /// Per node, the leaf switch of each of its NICs in the partition, by
     /// rail (`i64::MAX` for a NIC without one).
     pub leaves: BTreeMap<String, BTreeSet<(i64, String)>>,
+    /// Nodes of its capacity allocated claims hold ([`allocated_nodes`]).
+    pub nodes_allocated: u64,
 }
 
 fn attribute<'a>(device: &'a Device, driver: &str, id: &str) -> Option<&'a DeviceAttribute> {
@@ -225,6 +230,7 @@ fn device(p: &Partition, driver: &str, label: &str, shared: bool) -> Device {
         (q(ATTR_NODE_COUNT), int(p.nodes.len() as i64)),
         (q(ATTR_NIC_COUNT), int(p.nics as i64)),
         (q(ATTR_RAIL_COUNT), int(p.rails.len() as i64)),
+        (q(ATTR_NODES_ALLOCATED), int(p.nodes_allocated as i64)),
     ]);
     let one = || Quantity("1".to_string());
     // Whole nodes: steps of one, where there is room for a step.
@@ -308,6 +314,99 @@ pub fn node_labels(partitions: &BTreeMap<String, Partition>) -> BTreeMap<String,
         .filter_map(|p| Some((labels.get(&p.name)?.clone(), p)))
         .flat_map(|(label, p)| p.nodes.iter().map(move |n| (n.clone(), label.clone())))
         .collect()
+}
+
+/// Sets each partition's [`Partition::nodes_allocated`] from the
+/// allocations of `claims`: the `nodes` a result consumed from the
+/// partition's device, or the whole partition for a result without
+/// consumed capacity (an exclusive allocation), at most the partition.
+pub fn count_allocated(
+    partitions: &mut BTreeMap<String, Partition>,
+    claims: &[ResourceClaim],
+    driver: &str,
+) {
+    let labels = labels(partitions);
+    let by_pool: BTreeMap<String, String> = (labels.iter())
+        .map(|(name, label)| (format!("{POOL_PREFIX}{label}"), name.clone()))
+        .collect();
+    for p in partitions.values_mut() {
+        p.nodes_allocated = 0;
+    }
+    let results = claims
+        .iter()
+        .filter_map(|c| {
+            c.status
+                .as_ref()?
+                .allocation
+                .as_ref()?
+                .devices
+                .as_ref()?
+                .results
+                .as_ref()
+        })
+        .flatten()
+        .filter(|r| r.driver == driver);
+    for result in results {
+        let Some(p) = by_pool
+            .get(&result.pool)
+            .and_then(|name| partitions.get_mut(name))
+        else {
+            continue;
+        };
+        let size = p.nodes.len() as u64;
+        let consumed = (result.consumed_capacity.as_ref())
+            .and_then(|c| c.get(CAPACITY_NODES))
+            .map(|q| q.0.parse::<u64>().unwrap_or(size));
+        p.nodes_allocated = (p.nodes_allocated + consumed.unwrap_or(size)).min(size);
+    }
+}
+
+/// Why an unallocated claim asking `class` for a partition fits none, in
+/// words, when it fits none: the nodes it asks for (its `nodes` capacity
+/// request, else one) against each partition's free nodes.
+pub fn why_no_partition_fits(
+    partitions: &BTreeMap<String, Partition>,
+    claim: &ResourceClaim,
+    class: &str,
+) -> Option<String> {
+    if claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.allocation.is_some())
+    {
+        return None;
+    }
+    let wanted = claim
+        .spec
+        .as_ref()?
+        .devices
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .iter()
+        .filter_map(|r| r.exactly.as_ref())
+        .filter(|e| e.device_class_name == class)
+        .map(|e| {
+            let nodes = (e.capacity.as_ref())
+                .and_then(|c| c.requests.as_ref()?.get(CAPACITY_NODES).cloned());
+            nodes.and_then(|q| q.0.parse::<u64>().ok()).unwrap_or(1)
+        })
+        .max()?;
+    let free = |p: &Partition| (p.nodes.len() as u64).saturating_sub(p.nodes_allocated);
+    if partitions.values().any(|p| free(p) >= wanted) {
+        return None;
+    }
+    let each: Vec<String> = (partitions.values())
+        .map(|p| format!("{} {} of {} free", p.name, free(p), p.nodes.len()))
+        .collect();
+    let each = if each.is_empty() {
+        "none published".to_string()
+    } else {
+        each.join(", ")
+    };
+    Some(format!(
+        "no fabric partition has room for {wanted} nodes: {each}"
+    ))
 }
 
 /// Every label of [`NODE_LABELS`] each node should carry: its partition's
@@ -446,6 +545,67 @@ mod tests {
             [LABEL_PARTITION],
             "no leaves published: the partition only"
         );
+    }
+
+    fn claim(json: serde_json::Value) -> ResourceClaim {
+        serde_json::from_value(json).unwrap()
+    }
+
+    /// A claim for `nodes` of a partition, allocated from `pool` when given.
+    fn job(nodes: &str, pool: Option<&str>) -> ResourceClaim {
+        let mut c = serde_json::json!({"metadata": {"name": "j"}, "spec": {"devices": {"requests": [
+            {"name": "p", "exactly": {"deviceClassName": "ainic-fabric",
+                "capacity": {"requests": {"nodes": nodes}}}}]}}});
+        if let Some(pool) = pool {
+            c["status"] = serde_json::json!({"allocation": {"devices": {"results": [
+                {"request": "p", "driver": "ainic.amd.com", "pool": pool, "device": "d",
+                 "consumedCapacity": {"nodes": nodes}}]}}});
+        }
+        claim(c)
+    }
+
+    #[test]
+    fn allocated_nodes_are_counted_and_a_claim_that_fits_nowhere_says_why() {
+        let mut slices = node_pool("n1", "pod-a");
+        slices.extend(node_pool("n2", "pod-a"));
+        slices.extend(node_pool("n3", "pod-b"));
+        let mut parts = partitions(&slices, "ainic.amd.com");
+        let held = [
+            job("1", Some("fabric/pod-a")),
+            job("1", Some("fabric/pod-b")),
+        ];
+        count_allocated(&mut parts, &held, "ainic.amd.com");
+        assert_eq!(
+            (
+                parts["pod-a"].nodes_allocated,
+                parts["pod-b"].nodes_allocated
+            ),
+            (1, 1)
+        );
+        assert_eq!(
+            why_no_partition_fits(&parts, &job("1", None), "ainic-fabric"),
+            None
+        );
+        assert_eq!(
+            why_no_partition_fits(&parts, &job("2", None), "ainic-fabric").as_deref(),
+            Some("no fabric partition has room for 2 nodes: pod-a 1 of 2 free, pod-b 0 of 1 free")
+        );
+        assert_eq!(
+            why_no_partition_fits(&parts, &job("2", None), "other"),
+            None
+        );
+        assert_eq!(
+            why_no_partition_fits(&parts, &held[0], "ainic-fabric"),
+            None,
+            "allocated"
+        );
+        // The count is published on the partition device.
+        let out = partition_slices(&parts, "ainic.amd.com", true);
+        let attrs = out[0].spec.devices.as_ref().unwrap()[0]
+            .attributes
+            .clone()
+            .unwrap();
+        assert_eq!(attrs["ainic.amd.com/nodesAllocated"].int, Some(1));
     }
 
     #[test]

@@ -37,6 +37,12 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "NAME", default_value = "ainic-dra-controller")]
     pub lease_name: String,
 
+    /// DeviceClass of partition claims: an unallocated claim asking it for
+    /// more nodes than any partition has free gets a Warning Event saying
+    /// so.
+    #[arg(long, value_name = "NAME", default_value = "ainic-fabric")]
+    pub fabric_class: String,
+
     /// This replica's identity in the Lease (the pod name).
     #[arg(long, env = "POD_NAME", value_name = "ID")]
     pub identity: String,
@@ -82,6 +88,7 @@ pub fn run(args: ControllerArgs) -> Result<()> {
             identity: args.identity.clone(),
             resync_every: Duration::from_secs(args.resync_interval.max(1)),
             shared: gates.enabled(FeatureGate::DraConsumableCapacity),
+            fabric_class: args.fabric_class.clone(),
         };
         tracing::info!(?config, "controller starting");
         controller::run(client, config, crate::node::shutdown_signal()).await;

@@ -14,7 +14,12 @@
 //! Lease every [`RENEW_EVERY`] and stops writing when it could not for
 //! [`RENEW_DEADLINE`]. It runs a pass ([`reconcile`]) when a watch sees the
 //! driver's slices change or a Node come, go or change its partition label
-//! (at most once per [`PASS_GAP`]), and every resync. A pass writes only
+//! or a ResourceClaim change (at most once per [`PASS_GAP`]), and every
+//! resync. Each partition device says how full it is (`nodesAllocated`,
+//! from the claims allocated from it), and an unallocated claim of the
+//! partition class that no partition has room for gets a Warning Event
+//! (`NoFabricPartitionFits`) naming each partition's free nodes. A pass
+//! writes only
 //! what differs, so at rest it writes nothing (the Lease renewal is the
 //! only write). Stopping the controller leaves its slices,
 //! labels and every claim allocated from them alone.
@@ -28,7 +33,7 @@ use std::time::Duration;
 use dra_model::partitions::NODE_LABELS;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -59,6 +64,8 @@ pub struct ControllerConfig {
     pub resync_every: Duration,
     /// Publish partition devices for sharing (consumable capacity).
     pub shared: bool,
+    /// DeviceClass of partition claims (for the "fits no partition" Events).
+    pub fabric_class: String,
 }
 
 /// Feeds a nudge into `nudges` for every event of `seen`.
@@ -117,12 +124,25 @@ pub async fn run(
         watch(slices.clone(), by_driver, "resource slices"),
         nudge_tx.clone(),
     );
-    nudge_on_nodes(watch(nodes.clone(), String::new(), "nodes"), nudge_tx);
+    nudge_on_nodes(
+        watch(nodes.clone(), String::new(), "nodes"),
+        nudge_tx.clone(),
+    );
+    let claims: kube::Api<ResourceClaim> = kube::Api::all(client.clone());
+    nudge_on(
+        watch(claims.clone(), String::new(), "resource claims"),
+        nudge_tx,
+    );
     let mut reconciler = reconcile::Reconciler {
         slices,
         nodes,
+        claims,
+        client: client.clone(),
         driver: config.driver.clone(),
         shared: config.shared,
+        fabric_class: config.fabric_class.clone(),
+        identity: config.identity.clone(),
+        reported: BTreeMap::new(),
     };
     tokio::pin!(shutdown);
     let mut leadership = Leadership::default();

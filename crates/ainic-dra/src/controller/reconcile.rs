@@ -10,7 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dra_model::partitions::{self, NODE_LABELS, POOL_PREFIX};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
@@ -26,6 +29,8 @@ pub struct Pass {
     pub labels: usize,
     /// Slices created, updated or deleted.
     pub slices: usize,
+    /// "Fits no partition" Events posted.
+    pub events: usize,
 }
 
 /// The parts a pass works with.
@@ -39,6 +44,17 @@ pub struct Reconciler {
     /// Publish partition devices for sharing (`DRAConsumableCapacity`);
     /// turned off for good when the server drops the fields.
     pub shared: bool,
+    /// ResourceClaims (all namespaces), for how full each partition is.
+    pub claims: Api<ResourceClaim>,
+    /// For Events in the claims' namespaces.
+    pub client: kube::Client,
+    /// DeviceClass of partition claims.
+    pub fabric_class: String,
+    /// This replica's identity (the Events' reporting instance).
+    pub identity: String,
+    /// Claims (by UID) told they fit no partition, with what they were
+    /// told: each is told once per message.
+    pub reported: BTreeMap<String, String>,
 }
 
 /// Why a pass failed.
@@ -69,7 +85,10 @@ impl Reconciler {
         let params = ListParams::default().fields(&fields);
         let all = self.slices.list(&params).await;
         let all = all.map_err(failed("list resource slices"))?.items;
-        let found = partitions::partitions(&all, &self.driver);
+        let mut found = partitions::partitions(&all, &self.driver);
+        let claims = self.claims.list(&ListParams::default()).await;
+        let claims = claims.map_err(failed("list resource claims"))?.items;
+        partitions::count_allocated(&mut found, &claims, &self.driver);
         let mut pass = Pass {
             partitions: (found.iter())
                 .map(|(name, p)| (name.clone(), p.nodes.len()))
@@ -84,7 +103,72 @@ impl Reconciler {
             .filter(|s| s.spec.node_name.is_none() && s.spec.pool.name.starts_with(POOL_PREFIX))
             .collect();
         pass.slices = self.write_slices(&desired, &ours).await?;
+        pass.events = self.tell_unfit(&found, &claims).await;
         Ok(pass)
+    }
+
+    /// Posts a Warning Event on each unallocated partition claim that no
+    /// partition has room for, once per claim and message; how many.
+    async fn tell_unfit(
+        &mut self,
+        found: &BTreeMap<String, partitions::Partition>,
+        claims: &[ResourceClaim],
+    ) -> usize {
+        let mut still = BTreeMap::new();
+        let mut posted = 0;
+        for claim in claims {
+            let Some(why) = partitions::why_no_partition_fits(found, claim, &self.fabric_class)
+            else {
+                continue;
+            };
+            let uid = claim.metadata.uid.clone().unwrap_or_default();
+            if self.reported.get(&uid) != Some(&why) {
+                match self.post_event(claim, &why).await {
+                    Ok(()) => posted += 1,
+                    Err(error) => {
+                        tracing::warn!(claim = ?claim.metadata.name, %error, "cannot post the event; trying again at the next pass");
+                        continue;
+                    }
+                }
+            }
+            still.insert(uid, why);
+        }
+        // Claims allocated or gone since are forgotten: told again if
+        // they come back to it.
+        self.reported = still;
+        posted
+    }
+
+    async fn post_event(&self, claim: &ResourceClaim, why: &str) -> Result<(), kube::Error> {
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            action: Some("Allocate".into()),
+            reason: Some("NoFabricPartitionFits".into()),
+            note: Some(why.to_string()),
+            type_: Some("Warning".into()),
+            reporting_controller: Some(format!("{}/controller", self.driver)),
+            reporting_instance: Some(self.identity.clone()),
+            regarding: Some(ObjectReference {
+                api_version: Some("resource.k8s.io/v1".into()),
+                kind: Some("ResourceClaim".into()),
+                name: Some(name),
+                namespace: Some(namespace.clone()),
+                uid: claim.metadata.uid.clone(),
+                ..ObjectReference::default()
+            }),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        events.create(&PostParams::default(), &event).await?;
+        tracing::info!(claim = ?claim.metadata.name, %namespace, why, "claim fits no fabric partition");
+        Ok(())
     }
 
     /// Sets the labels of [`NODE_LABELS`] as `wanted` says on every node,

@@ -341,6 +341,12 @@ fn controller_rbac_is_least_privilege_and_off_when_disabled() {
                 .iter()
                 .map(|v| format!("/nodes {v}")),
         )
+        .chain(
+            ["get", "list", "watch"]
+                .iter()
+                .map(|v| format!("resource.k8s.io/resourceclaims {v}")),
+        )
+        .chain(["events.k8s.io/events create".to_string()])
         .collect();
     let mut wanted = wanted;
     wanted.sort();

@@ -7,7 +7,8 @@
 //! pending with the scheduler's reason; moving a node to the other
 //! partition updates the partition slices; stopping the controller leaves
 //! the running pods and their claims alone. The controller also keeps
-//! the rail-group and leaf labels. `simulate`, given what the
+//! the rail-group and leaf labels, counts how full each partition is, and
+//! tells a claim that fits none why. `simulate`, given what the
 //! API server holds before the jobs start, predicts the same placements.
 //!
 //! Runs on a control plane of its own: the controller labels every Node
@@ -19,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 
 use dra_model::partitions::{LABEL_LEAF, LABEL_PARTITION, LABEL_RAIL_GROUP};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
@@ -61,6 +63,21 @@ async fn start_controller(bed: &Testbed, log: &std::path::Path) -> Controller {
         .spawn()
         .expect("start ainic-dra controller");
     Controller(child)
+}
+
+/// Each partition device's `nodesAllocated`, by pool.
+async fn allocated(client: &kube::Client) -> BTreeMap<String, i64> {
+    let api: Api<ResourceSlice> = Api::all(client.clone());
+    let list = api.list(&ListParams::default()).await.unwrap();
+    (list.items.into_iter())
+        .filter(|s| s.spec.pool.name.starts_with("fabric/"))
+        .map(|s| {
+            let device = &s.spec.devices.as_ref().unwrap()[0];
+            let attrs = device.attributes.as_ref().unwrap();
+            let n = attrs[&format!("{DRIVER}/nodesAllocated")].int.unwrap();
+            (s.spec.pool.name.clone(), n)
+        })
+        .collect()
 }
 
 /// The controller's partition slices: pool name -> (nodeCount, resourceVersion).
@@ -319,6 +336,41 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
     })
     .await;
     eprintln!("job-c-0: {reason}");
+    // How full each partition is, on its device; and job C's claim is told
+    // why it fits none.
+    let full = BTreeMap::from([
+        ("fabric/fab-x".to_string(), 2),
+        ("fabric/fab-y".to_string(), 2),
+    ]);
+    wait::until("partitions counted full", wait::DEADLINE, || async {
+        let now = allocated(&client).await;
+        if now == full {
+            Ok(())
+        } else {
+            Err(format!("{now:?}"))
+        }
+    })
+    .await;
+    let events: Api<Event> = Api::namespaced(client.clone(), NAMESPACE);
+    let note = wait::until("job-c's claim told", wait::DEADLINE, || async {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        let told = list.into_iter().find(|e| {
+            e.reason.as_deref() == Some("NoFabricPartitionFits")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("job-c")
+        });
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let start = (log.len().saturating_sub(2000)..log.len())
+            .find(|i| log.is_char_boundary(*i))
+            .unwrap_or(0);
+        let log = &log[start..];
+        told.and_then(|e| e.note)
+            .ok_or_else(|| format!("no event yet; controller log:\n{log}"))
+    })
+    .await;
+    assert_eq!(
+        note,
+        "no fabric partition has room for 2 nodes: fab-x 0 of 2 free, fab-y 0 of 2 free"
+    );
 
     // A node moved to the other partition: the slices follow.
     let moved = Y[1];
