@@ -355,6 +355,50 @@ fn exercise_simulate_output(block: &Block, node: &Node) {
     );
 }
 
+/// Kueue objects: a Topology's levels and a flavor's node labels name
+/// only labels the fabric controller keeps, or the hostname.
+fn exercise_kueue(block: &Block) {
+    let objects = documents(&block.text);
+    let known = |label: &str| {
+        dra_model::partitions::NODE_LABELS.contains(&label) || label == "kubernetes.io/hostname"
+    };
+    for object in &objects {
+        assert!(
+            object["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("kueue.x-k8s.io/")),
+            "{}: not a Kueue object",
+            block.origin
+        );
+        let levels = object["spec"]["levels"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let labels = levels
+            .iter()
+            .filter_map(|l| l["nodeLabel"].as_str().map(str::to_owned))
+            .chain(
+                (object["spec"]["nodeLabels"]
+                    .as_object()
+                    .into_iter()
+                    .flatten())
+                .map(|(k, _)| k.clone()),
+            );
+        for label in labels {
+            assert!(
+                known(&label),
+                "{}: label {label} is not kept by the controller",
+                block.origin
+            );
+        }
+    }
+    assert!(
+        objects.iter().any(|o| o["kind"] == "Topology"),
+        "{}: no Topology",
+        block.origin
+    );
+}
+
 #[test]
 fn every_yaml_block_in_the_docs_is_exercised() {
     let node = Node::walkthrough();
@@ -378,6 +422,7 @@ fn every_yaml_block_in_the_docs_is_exercised() {
                 exercise_simulate_output(block, &node);
                 outputs += 1;
             }
+            Some("kueue") => exercise_kueue(block),
             Some(other) => panic!("{}: unknown block tag {other:?}", block.origin),
         }
     }
