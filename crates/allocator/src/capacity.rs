@@ -91,20 +91,22 @@ pub(crate) fn consumption(
 }
 
 /// Whether a range rounds in milli-units (upstream's `useMilli`): with the
-/// gate, a fractional bound, every bound within the milli range, and a
-/// step of at least 1m.
+/// gate, every bound exact in milli-units within `int64`, and a step of at
+/// least 1m. Integer ranges qualify too; they round the same either way,
+/// but a request that is not exact in milli-units aborts then.
 fn use_milli(range: &ValidRange, fractional: bool) -> bool {
     let bounds = [Some(&range.min), range.max.as_ref(), range.step.as_ref()];
-    let bounds = bounds.into_iter().flatten();
     fractional
-        && bounds.clone().any(|q| !q.is_integer())
-        && bounds.clone().all(|q| milli(q).is_some())
+        && bounds.into_iter().flatten().all(|q| milli(q).is_some())
         && range.step.as_ref().and_then(milli).is_none_or(|m| m >= 1)
 }
 
-/// `q` in milli-units, when that fits an `int64`.
+/// `q` in milli-units, when that is exact and fits an `int64`
+/// (upstream's `safeMilliValue`).
 fn milli(q: &Quantity) -> Option<i128> {
-    q.ceil_milli_i128().filter(|m| i64::try_from(*m).is_ok())
+    let m = q.ceil_milli_i128()?;
+    let exact = Quantity::from_milli(m).is_some_and(|back| back == *q);
+    (exact && i64::try_from(m).is_ok()).then_some(m)
 }
 
 /// `q` in whole units, rounded up (`Quantity.Value()`).
@@ -384,6 +386,30 @@ mod tests {
             .unwrap();
         assert_eq!(whole["bandwidth"], q("1"));
         assert_eq!(whole["bandwidth"].format(), Format::DecimalSi, "the step's");
+    }
+
+    /// With the gate every range whose bounds are exact in milli-units
+    /// rounds in them, integer ones too, so a request that is not exact in
+    /// milli-units (or past their int64 range) aborts, as upstream's
+    /// `useMilli` and `safeMilliValue` (found by review).
+    #[test]
+    fn with_the_gate_a_request_not_exact_in_milli_units_aborts() {
+        let d = nic(Some(range("0", None, Some("1"))));
+        let error = consumption(&d, &bandwidth("1500u"), NEW).unwrap_err();
+        assert!(error.contains("not a milli value"), "{error}");
+        let d = nic(Some(range("10G", Some("400G"), Some("10G"))));
+        assert!(consumption(&d, &bandwidth("10P"), NEW).is_err());
+        let whole = Arithmetic {
+            fractional: false,
+            ..NEW
+        };
+        assert!(consumption(&d, &bandwidth("10P"), whole).unwrap().is_some());
+        // A step finer than 1m, or not exact in milli-units: whole units.
+        let d = nic(Some(range("0", None, Some("1500u"))));
+        assert_eq!(
+            consumption(&d, &bandwidth("3m"), NEW).unwrap().unwrap()["bandwidth"],
+            q("1")
+        );
     }
 
     /// 1.37 aborts over a request past int64 or a negative amount; before,

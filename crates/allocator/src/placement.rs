@@ -6,18 +6,24 @@
 //! allocation selects — which is how a job's pods stay in the fabric
 //! partition the first pod's claim got.
 //!
-//! The scheduler scores feasible nodes and takes the best; this takes the
-//! first by name, so when several nodes fit it may name another one than a
-//! cluster would. Which nodes fit, and why a pod fits none, are the same.
+//! A node is skipped when the pod's `nodeName` or `nodeSelector` rule it
+//! out, when it is cordoned, or when it has a `NoSchedule`/`NoExecute`
+//! taint the pod does not tolerate; a pod generated claims exist for
+//! (`status.resourceClaimStatuses`) uses those. Node affinity, resources
+//! other than claims, and inter-pod rules are not looked at. The scheduler
+//! scores feasible nodes and takes the best; this takes the first by name,
+//! so when several nodes fit it may name another one than a cluster would.
+//! A search the allocator aborts on a node leaves that pod pending, as a
+//! failed Filter does; the next pods are placed.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::node::selector_matches;
 use crate::scenario::{claim_from_template, with_allocations};
-use crate::{AllocateError, Allocator, Features, NodeFacts, Scenario};
+use crate::{AllocateError, Allocator, Features, InputError, NodeFacts, Scenario};
 
 /// Where one pod went.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,8 +45,8 @@ enum Need {
 /// Places the scenario's pods in input order; `Err` is invalid input (a
 /// claim or template a pod names is missing, a class unknown, …).
 pub fn place_pods(scenario: &Scenario, features: Features) -> Result<Vec<Placement>, String> {
-    let mut nodes: Vec<NodeFacts> = scenario.nodes.iter().map(NodeFacts::from_node).collect();
-    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut nodes: Vec<Candidate> = scenario.nodes.iter().map(Candidate::of).collect();
+    nodes.sort_by(|a, b| a.facts.name.cmp(&b.facts.name));
     if nodes.is_empty() {
         return Err("placing pods needs the Node objects to place them on".into());
     }
@@ -80,7 +86,7 @@ pub fn place_pods(scenario: &Scenario, features: Features) -> Result<Vec<Placeme
 fn place(
     allocator: &Allocator,
     pod: &Pod,
-    nodes: &[NodeFacts],
+    nodes: &[Candidate],
     needs: &[Need],
 ) -> Result<Result<(String, Vec<ResourceClaim>), String>, String> {
     let pending: Vec<ResourceClaim> = needs
@@ -91,7 +97,12 @@ fn place(
         })
         .collect();
     let mut reasons = Vec::new();
-    for node in nodes.iter().filter(|n| pod_allows(pod, n)) {
+    for candidate in nodes.iter().filter(|n| pod_allows(pod, &n.facts)) {
+        let node = &candidate.facts;
+        if let Some(why) = candidate.refuses(pod) {
+            reasons.push(format!("node {}: {why}", node.name));
+            continue;
+        }
         if let Some(claim) = needs.iter().find_map(|n| match n {
             Need::Held(c) if !allocated_for(c, node) => Some(c),
             _ => None,
@@ -115,6 +126,14 @@ fn place(
                     .collect();
                 return Ok(Ok((node.name.clone(), claims)));
             }
+            // The scheduler's Filter fails for the pod, not the input:
+            // the pod stays pending and the next pods are placed.
+            Err(AllocateError::Input(InputError::Aborted { reason })) => {
+                return Ok(Err(format!(
+                    "scheduling failed on node {}: {reason}",
+                    node.name
+                )));
+            }
             Err(AllocateError::Input(e)) => return Err(format!("invalid input: {e}")),
             Err(AllocateError::Unsatisfiable(f)) => {
                 reasons.push(format!("node {}: {}", node.name, f.explanation));
@@ -137,6 +156,71 @@ fn place(
     )))
 }
 
+/// A node as placement sees it: its facts, whether it is cordoned, and
+/// the taints that keep pods off it.
+struct Candidate {
+    facts: NodeFacts,
+    unschedulable: bool,
+    taints: Vec<Taint>,
+}
+
+impl Candidate {
+    fn of(node: &Node) -> Candidate {
+        let spec = node.spec.as_ref();
+        Candidate {
+            facts: NodeFacts::from_node(node),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// Why the node takes no new pod `pod`: cordoned, or a `NoSchedule`
+    /// or `NoExecute` taint the pod does not tolerate.
+    fn refuses(&self, pod: &Pod) -> Option<String> {
+        let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref());
+        let tolerations = tolerations.unwrap_or_default();
+        let tolerated = |t: &Taint| tolerations.iter().any(|tol| tolerates(tol, t));
+        if self.unschedulable {
+            let cordon = Taint {
+                key: "node.kubernetes.io/unschedulable".into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            };
+            if !tolerated(&cordon) {
+                return Some("is cordoned (spec.unschedulable)".into());
+            }
+        }
+        let blocking = self
+            .taints
+            .iter()
+            .find(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !tolerated(t))?;
+        Some(format!(
+            "has taint {}={}:{} that the pod does not tolerate",
+            blocking.key,
+            blocking.value.as_deref().unwrap_or(""),
+            blocking.effect
+        ))
+    }
+}
+
+/// Whether a toleration matches a taint, as the scheduler's
+/// `ToleratesTaint`: same effect (or none), and same key with `Exists` or
+/// an equal value, or no key with `Exists`.
+fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or("");
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
+    }
+    let key = toleration.key.as_deref().unwrap_or("");
+    let exists = toleration.operator.as_deref() == Some("Exists");
+    if key.is_empty() {
+        return exists;
+    }
+    key == taint.key
+        && (exists
+            || toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+}
+
 /// The pod's claims, in `spec.resourceClaims` order.
 fn needs(
     scenario: &Scenario,
@@ -149,14 +233,24 @@ fn needs(
     let entries = pod.spec.as_ref().and_then(|s| s.resource_claims.as_deref());
     let mut needs = Vec::new();
     for entry in entries.unwrap_or_default() {
-        if let Some(name) = &entry.resource_claim_name {
-            let wanted = (namespace.clone(), name.clone());
+        // A claim by name, or the one the resource-claim controller made
+        // for the entry already (the pod's status names it).
+        let by_name = (entry.resource_claim_name.as_deref())
+            .map(|n| (n, String::new()))
+            .or_else(|| {
+                generated_claim(pod, &entry.name)
+                    .map(|n| (n, format!(" (generated for entry {})", entry.name)))
+            });
+        if let Some((name, generated)) = by_name {
+            let wanted = (namespace.clone(), name.to_string());
             if let Some(claim) = held.iter().find(|c| key(&c.metadata) == wanted) {
                 needs.push(Need::Held(claim.clone()));
             } else if let Some(claim) = shared.get(&wanted) {
                 needs.push(Need::Pending(claim.clone()));
             } else {
-                return Err(format!("claim {namespace}/{name} is not in the input"));
+                return Err(format!(
+                    "claim {namespace}/{name}{generated} is not in the input"
+                ));
             }
         } else if let Some(template) = &entry.resource_claim_template_name {
             let found = scenario.templates.iter().find(|t| {
@@ -183,6 +277,17 @@ fn needs(
         }
     }
     Ok(needs)
+}
+
+/// The claim the resource-claim controller generated for the pod's entry
+/// `entry`, as `status.resourceClaimStatuses` names it.
+fn generated_claim<'p>(pod: &'p Pod, entry: &str) -> Option<&'p str> {
+    let statuses = pod.status.as_ref()?.resource_claim_statuses.as_ref()?;
+    statuses
+        .iter()
+        .find(|s| s.name == entry)?
+        .resource_claim_name
+        .as_deref()
 }
 
 /// Whether an allocated claim's node selector takes `node` (none: any).

@@ -163,3 +163,51 @@ fn an_allocated_claim_and_a_node_selector_narrow_the_nodes() {
         "{reason}"
     );
 }
+
+/// Found by review: a cordoned node and a taint the pod does not tolerate
+/// keep pods off; a search the allocator aborts on leaves only that pod
+/// pending; a pod whose status names its generated claim uses that claim.
+#[test]
+fn cordons_taints_aborts_and_generated_claims_are_heeded() {
+    let mut objects = cluster();
+    for node in objects.iter_mut().filter(|o| o["kind"] == "Node") {
+        match node["metadata"]["name"].as_str() {
+            Some("n1") => node["spec"] = json!({"unschedulable": true}),
+            Some("n2") => {
+                node["spec"] = json!({"taints": [{"key": "maintenance", "effect": "NoSchedule"}]})
+            }
+            _ => {}
+        }
+    }
+    // job-a: both pods skip n1 and n2, so they go to pod-b's nodes.
+    objects.extend(job("job-a", 2));
+    // job-bad asks a negative number of nodes: 1.37 aborts the search.
+    let mut bad = job("job-bad", 1);
+    bad[0]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["nodes"] =
+        json!("-1");
+    objects.extend(bad);
+    // job-t tolerates the taint; its pod's NIC claim was generated already.
+    let mut tolerant = job("job-t", 1);
+    tolerant[1]["spec"]["tolerations"] = json!([{"key": "maintenance", "operator": "Exists"}]);
+    tolerant[1]["status"] = json!({"resourceClaimStatuses": [
+        {"name": "nic", "resourceClaimName": "job-t-0-nic-x7k2p"}]});
+    objects.extend(tolerant);
+    objects.push(json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "job-t-0-nic-x7k2p", "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "pf"}}]}}}));
+    let placed = place(objects);
+    assert_eq!(node_of(&placed[0]), "n3");
+    let reason = placed[2].outcome.as_ref().unwrap_err();
+    assert!(
+        reason.contains("scheduling failed on node n3") && reason.contains("negative"),
+        "{reason}"
+    );
+    let (node, claims) = placed[3].outcome.as_ref().unwrap();
+    assert_eq!(node, "n2", "tolerates the taint; pod-a has room");
+    assert_eq!(
+        claims[1].metadata.name.as_deref(),
+        Some("job-t-0-nic-x7k2p")
+    );
+    let cordoned = placed[1].outcome.as_ref().map(|(n, _)| n.as_str());
+    assert_eq!(cordoned, Ok("n4"), "n3's NIC went to job-a-0");
+}

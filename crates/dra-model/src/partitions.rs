@@ -356,9 +356,16 @@ pub fn count_allocated(
         let size = p.nodes.len() as u64;
         let consumed = (result.consumed_capacity.as_ref())
             .and_then(|c| c.get(CAPACITY_NODES))
-            .map(|q| q.0.parse::<u64>().unwrap_or(size));
+            .map(|q| whole_nodes(q).unwrap_or(size));
         p.nodes_allocated = (p.nodes_allocated + consumed.unwrap_or(size)).min(size);
     }
+}
+
+/// A `nodes` quantity as whole nodes, rounded up (`1Ki` as the scheduler
+/// before 1.37 writes 1024, `1.5` as 2).
+fn whole_nodes(q: &Quantity) -> Option<u64> {
+    let parsed = k8s_quantity::Quantity::parse(&q.0).ok()?;
+    u64::try_from(parsed.ceil_i128()?).ok()
 }
 
 /// Why an unallocated claim asking `class` for a partition fits none, in
@@ -389,7 +396,7 @@ pub fn why_no_partition_fits(
         .map(|e| {
             let nodes = (e.capacity.as_ref())
                 .and_then(|c| c.requests.as_ref()?.get(CAPACITY_NODES).cloned());
-            nodes.and_then(|q| q.0.parse::<u64>().ok()).unwrap_or(1)
+            nodes.and_then(|q| whole_nodes(&q)).unwrap_or(1)
         })
         .max()?;
     let free = |p: &Partition| (p.nodes.len() as u64).saturating_sub(p.nodes_allocated);
@@ -594,6 +601,9 @@ mod tests {
             why_no_partition_fits(&parts, &job("2", None), "other"),
             None
         );
+        // Quantities, not digits (found by review): 1.5 nodes is 2.
+        assert!(why_no_partition_fits(&parts, &job("1.5", None), "ainic-fabric").is_some());
+        assert_eq!(whole_nodes(&Quantity("1Ki".into())), Some(1024));
         assert_eq!(
             why_no_partition_fits(&parts, &held[0], "ainic-fabric"),
             None,

@@ -30,7 +30,9 @@ Without --node: the Pods are placed one after another, in input order, as the sc
 them: each pod's claims (spec.resourceClaims: shared claims by name, its own from templates) go \
 on the first Node, by name, that takes them all beside what earlier pods hold; a shared claim \
 allocated for one pod keeps its devices and nodes for the next. The scheduler scores the nodes \
-that fit and may pick another one; which nodes fit, and why a pod fits none, are the same.\n\n\
+that fit and may pick another one. Nodes that are cordoned or have a NoSchedule/NoExecute taint \
+the pod does not tolerate are skipped; node affinity and non-DRA resources are not looked at. A pod \
+whose status names its generated claims uses those claims from the input.\n\n\
 The answer follows the allocator of the Kubernetes release given by --kubernetes-version (default \
 1.37): its default feature gates and its rules (counters in slices of their own and taint effect \
 None from 1.35, list-typed attributes under their gate from 1.36). --feature-gates overrides single \
