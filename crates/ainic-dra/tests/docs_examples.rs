@@ -7,7 +7,10 @@
 //! A fenced block's info string says what it is: `yaml` alone = Kubernetes
 //! objects; `yaml helm-values`, `yaml fabric-config`,
 //! `yaml device-plugin-config`; `yaml simulate-output example=FILE` = the
-//! allocation results of `examples/FILE` on the walkthrough node.
+//! allocation results of `examples/FILE` on the walkthrough node (`node-a`),
+//! or with `node=node-v` on the `sriov-vfs` one; `yaml unsatisfiable` =
+//! objects whose claims the walkthrough node cannot satisfy (simulate must
+//! exit with status 3).
 
 #[path = "helm/objects.rs"]
 mod objects;
@@ -272,6 +275,13 @@ fn exercise_objects(block: &Block, node: &Node) {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// The block's text in a file of its own (kept until the test ends).
+fn block_file(block: &Block) -> tempfile::TempPath {
+    let file = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+    std::fs::write(file.path(), &block.text).unwrap();
+    file.into_temp_path()
+}
+
 fn is_kubernetes(text: &str) -> bool {
     documents(text).iter().all(|d| d.get("kind").is_some())
 }
@@ -337,7 +347,12 @@ fn exercise_helm_values(block: &Block) {
     }
 }
 
-fn exercise_simulate_output(block: &Block, node: &Node) {
+fn exercise_simulate_output(block: &Block, walkthrough: &Node, sriov: &Node) {
+    let node = match block.tag_value("node") {
+        None | Some("node-a") => walkthrough,
+        Some("node-v") => sriov,
+        Some(other) => panic!("{}: no simulate node {other}", block.origin),
+    };
     let example = block
         .tag_value("example")
         .expect("simulate-output needs example=FILE");
@@ -402,6 +417,7 @@ fn exercise_kueue(block: &Block) {
 #[test]
 fn every_yaml_block_in_the_docs_is_exercised() {
     let node = Node::walkthrough();
+    let sriov = Node::sriov();
     let blocks = doc_blocks();
     assert!(blocks.len() >= 10, "found only {} blocks", blocks.len());
     let mut outputs = 0;
@@ -419,10 +435,14 @@ fn every_yaml_block_in_the_docs_is_exercised() {
                     .unwrap_or_else(|e| panic!("{e}"));
             }
             Some("simulate-output") => {
-                exercise_simulate_output(block, &node);
+                exercise_simulate_output(block, &node, &sriov);
                 outputs += 1;
             }
             Some("kueue") => exercise_kueue(block),
+            Some("unsatisfiable") => {
+                let out = node.simulate(&[&block_file(block)]);
+                assert_eq!(out.status.code(), Some(3), "{}: {out:?}", block.origin);
+            }
             Some(other) => panic!("{}: unknown block tag {other:?}", block.origin),
         }
     }
@@ -445,7 +465,7 @@ fn every_example_file_allocates() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let objects = documents(&std::fs::read_to_string(&path).unwrap());
         check_nic_configs(&objects, &name);
-        let node = if name == "vfs.yaml" {
+        let node = if name == "vfs.yaml" || name == "same-rail.yaml" {
             &sriov
         } else {
             &walkthrough
@@ -519,6 +539,33 @@ fn a_claim_outside_the_partition_is_explained() {
     let docs_flat = flat(&docs);
     assert!(
         docs_flat.contains(&said),
+        "use-cases.md should quote: {said}"
+    );
+}
+
+#[test]
+fn a_rail_constraint_that_cannot_be_met_is_explained() {
+    // docs/use-cases.md: node-a has one NIC per rail and no VFs, so the
+    // same-rail claim written for PFs fails there, naming the constraint.
+    let node = Node::walkthrough();
+    let docs = std::fs::read_to_string(repo("docs/use-cases.md")).unwrap();
+    let claim = yaml_blocks(&docs, "use-cases.md")
+        .into_iter()
+        .find(|b| {
+            b.tags == ["unsatisfiable"] && b.text.contains("name: data-and-storage-on-one-rail")
+        })
+        .expect("use-cases.md shows the PF same-rail claim");
+    let out = node.simulate(&[&block_file(&claim)]);
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = stderr.lines().last().unwrap();
+    assert!(
+        said.contains("satisfy matchAttribute ainic.amd.com/rail"),
+        "{said}"
+    );
+    let said = flat(said.split_once("request storage:").unwrap().1);
+    assert!(
+        flat(&docs).contains(&said),
         "use-cases.md should quote: {said}"
     );
 }

@@ -206,6 +206,9 @@ fn topology_attributes(a: &mut Attributes<'_, '_>, nic: &NicFunction, ctx: &Devi
         if let Some(leaf) = &f.leaf_switch {
             a.string(attr::LEAF_SWITCH, leaf);
         }
+        if let Some(tenant) = &f.tenant {
+            a.string(attr::TENANT, tenant);
+        }
     }
 }
 

@@ -60,6 +60,10 @@ pub mod attr {
     pub const FABRIC: &str = "fabric";
     /// Leaf switch the port is cabled to, when known.
     pub const LEAF_SWITCH: &str = "leafSwitch";
+    /// Tenant the NIC is fenced to (fabric config or node label), when
+    /// one is set; the shipped classes leave such devices to that tenant's
+    /// classes.
+    pub const TENANT: &str = "tenant";
     /// True on PFs published for sharing (consumable capacity).
     pub const SHARED: &str = "shared";
     /// The extended resource (`amd.com/nic`, `amd.com/vnic`) the device
@@ -67,7 +71,7 @@ pub mod attr {
     pub const EXTENDED_RESOURCE: &str = "extendedResource";
 
     /// Every driver attribute name above.
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 22] = [
         TYPE,
         PCI_VENDOR_ID,
         PCI_DEVICE_ID,
@@ -87,6 +91,7 @@ pub mod attr {
         RAIL,
         FABRIC,
         LEAF_SWITCH,
+        TENANT,
         SHARED,
         EXTENDED_RESOURCE,
     ];

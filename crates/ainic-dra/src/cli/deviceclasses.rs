@@ -1,6 +1,7 @@
 //! `ainic-dra deviceclasses`: the DeviceClasses shipped with the driver
-//! (`ainic-pf`, `ainic-vf`, `ainic-shared`), as YAML or written one file per
-//! class (what `deploy/deviceclasses/` holds).
+//! (`ainic-pf`, `ainic-vf`, `ainic-shared`, `ainic-fabric`) and, per
+//! `--tenant`, that tenant's classes, as YAML or written one file per class
+//! (what `deploy/deviceclasses/` holds, without tenants).
 
 use std::path::PathBuf;
 
@@ -12,12 +13,19 @@ use dra_model::deviceclass;
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  ainic-dra deviceclasses | kubectl apply -f -\n  \
-    ainic-dra deviceclasses --out-dir deploy/deviceclasses"
+    ainic-dra deviceclasses --out-dir deploy/deviceclasses\n  \
+    ainic-dra deviceclasses --tenant team-a --tenant team-b | kubectl apply -f -"
 )]
 pub struct DeviceClassesArgs {
     /// DRA driver name the classes select.
     #[arg(long, value_name = "NAME", default_value = dra_model::names::DEFAULT_DRIVER)]
     driver_name: String,
+
+    /// Also print the classes of this tenant (`ainic-pf-<TENANT>`,
+    /// `ainic-vf-<TENANT>`, `ainic-shared-<TENANT>`): the only classes that
+    /// select NICs the fabric config fences to it. Repeatable.
+    #[arg(long = "tenant", value_name = "TENANT", value_parser = parse_tenant)]
+    tenants: Vec<String>,
 
     /// Write `<class>.yaml` files into this directory instead of printing.
     #[arg(long, value_name = "DIR")]
@@ -27,10 +35,13 @@ pub struct DeviceClassesArgs {
 /// Prints (or writes) the DeviceClasses.
 pub fn run(args: DeviceClassesArgs) -> Result<()> {
     let Some(dir) = args.out_dir else {
-        print!("{}", deviceclass::device_classes_yaml(&args.driver_name)?);
+        print!(
+            "{}",
+            deviceclass::device_classes_yaml(&args.driver_name, &args.tenants)?
+        );
         return Ok(());
     };
-    for class in deviceclass::device_classes(&args.driver_name) {
+    for class in deviceclass::device_classes(&args.driver_name, &args.tenants) {
         let name = class.metadata.name.clone().unwrap_or_default();
         let path = dir.join(format!("{name}.yaml"));
         let text = format!(
@@ -41,4 +52,8 @@ pub fn run(args: DeviceClassesArgs) -> Result<()> {
             .with_context(|| format!("failed to write {}", path.display()))?;
     }
     Ok(())
+}
+
+fn parse_tenant(value: &str) -> Result<String, String> {
+    deviceclass::check_tenant(value).map(|()| value.to_string())
 }

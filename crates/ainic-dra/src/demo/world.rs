@@ -149,7 +149,7 @@ impl World {
             let inventory = topology::discover(&dirs.sysfs, &Default::default())?;
             self.api.seed(&gpu_slice(&dirs.name, &inventory)?);
         }
-        for class in dra_model::deviceclass::device_classes(DRIVER) {
+        for class in dra_model::deviceclass::device_classes(DRIVER, &[]) {
             self.api.seed(&class);
         }
         let gpu_class: DeviceClass = serde_json::from_value(json!({

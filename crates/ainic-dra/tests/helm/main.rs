@@ -405,10 +405,9 @@ fn rbac_is_least_privilege() {
     );
 }
 
-#[test]
-fn chart_device_classes_equal_the_shipped_ones() {
-    let objects = render(json!({}));
-    let mut from_chart: Vec<(String, Value)> = find(&objects, "DeviceClass")
+/// Each rendered DeviceClass's name and spec, by name.
+fn class_specs(objects: &[Rendered]) -> Vec<(String, Value)> {
+    let mut specs: Vec<(String, Value)> = find(objects, "DeviceClass")
         .into_iter()
         .map(|c| {
             (
@@ -417,7 +416,14 @@ fn chart_device_classes_equal_the_shipped_ones() {
             )
         })
         .collect();
-    from_chart.sort_by(|a, b| a.0.cmp(&b.0));
+    specs.sort_by(|a, b| a.0.cmp(&b.0));
+    specs
+}
+
+#[test]
+fn chart_device_classes_equal_the_shipped_ones() {
+    let objects = render(json!({}));
+    let from_chart = class_specs(&objects);
     let dir = repo_root().join("deploy/deviceclasses");
     let mut shipped = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
@@ -576,5 +582,62 @@ fn extended_resource_classes_only_when_enabled() {
     assert!(
         selector.contains(r#"extendedResource == "amd.com/nic""#),
         "{selector}"
+    );
+}
+
+#[test]
+fn tenant_classes_and_their_policy_follow_the_tenant_names() {
+    let tenants = ["team-a".to_string(), "team-b".to_string()];
+    let objects = render(json!({"tenants": {"names": tenants}}));
+    let from_chart = class_specs(&objects);
+    let mut generated: Vec<(String, Value)> =
+        dra_model::deviceclass::device_classes("ainic.amd.com", &tenants)
+            .into_iter()
+            .map(|c| {
+                (
+                    c.metadata.name.unwrap(),
+                    serde_json::to_value(c.spec).unwrap(),
+                )
+            })
+            .collect();
+    generated.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(from_chart, generated);
+
+    let policy = find(&objects, "ValidatingAdmissionPolicy")
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == "ainic-dra-tenant-classes")
+        .expect("the tenant policy is rendered with tenant names");
+    assert!(
+        find(&objects, "ValidatingAdmissionPolicyBinding")
+            .iter()
+            .any(|b| b["spec"]["policyName"] == "ainic-dra-tenant-classes")
+    );
+    let class_tenant = policy["spec"]["variables"][0]["expression"]
+        .as_str()
+        .unwrap();
+    for (name, _) in generated.iter().filter(|(n, _)| n.ends_with("-team-b")) {
+        assert!(
+            class_tenant.contains(&format!("'{name}': 'team-b'")),
+            "{class_tenant}"
+        );
+    }
+    assert_eq!(class_tenant.matches(':').count(), 6, "{class_tenant}");
+    let relabelled =
+        render(json!({"tenants": {"names": ["t1"], "namespaceLabel": "example.com/team"}}));
+    let policy = find(&relabelled, "ValidatingAdmissionPolicy")
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == "ainic-dra-tenant-classes")
+        .unwrap();
+    assert!(
+        policy["spec"]["variables"][1]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("'example.com/team' in namespaceObject.metadata.labels")
+    );
+    assert!(
+        !render(json!({}))
+            .iter()
+            .any(|r| r.object["metadata"]["name"] == "ainic-dra-tenant-classes"),
+        "no tenant policy without tenants"
     );
 }

@@ -53,6 +53,7 @@ fn every_option() -> Value {
                     "config": {"resources": [{"name": "amd.com/nic",
                                               "selectors": {"pciIds": ["1dd8:1002"]}}]}},
         "extendedResources": {"enabled": true},
+        "tenants": {"names": ["team-a", "team-c"], "namespaceLabel": "example.com/team"},
         "tolerations": [{"operator": "Exists"}],
         "nodeSelector": {"kubernetes.io/os": "linux"},
         "podAnnotations": {"example.com/a": "b"},
@@ -86,7 +87,7 @@ async fn helm_install_creates_every_rendered_object() {
     let bed = Testbed::shared(Version::V1_37);
     install_chart(bed).await;
     let client = bed.client().await;
-    let rendered = render(bed, &json!({}));
+    let rendered = render(bed, &crate::support::chart_values());
     assert!(rendered.len() >= 8, "{} objects rendered", rendered.len());
     for r in &rendered {
         let (api, name) = api_for(&client, &r.object).await;

@@ -17,3 +17,4 @@ mod fabric;
 mod publish;
 mod schedule;
 mod support;
+mod tenants;

@@ -26,6 +26,15 @@ pub const ACCOUNT: &str = "ainic-dra";
 pub const GATES_1_37: &str =
     "DRAConsumableCapacity=true,DRAPartitionableDevices=true,DRADeviceTaints=true";
 
+/// The tenants the chart is installed with (classes `ainic-pf-<tenant>`
+/// and the tenant admission policy).
+pub const TENANTS: [&str; 2] = ["team-a", "team-b"];
+
+/// The values every shared bed's chart is installed with.
+pub fn chart_values() -> serde_json::Value {
+    serde_json::json!({"tenants": {"names": TENANTS}})
+}
+
 /// The chart directory.
 pub fn chart_dir() -> PathBuf {
     testbed::repo_root().join("deploy/helm/ainic-dra")
@@ -47,6 +56,7 @@ pub async fn install_chart(bed: &'static Testbed) {
 /// shared bed).
 pub async fn helm_install(bed: &Testbed) {
     let kubeconfig = bed.kubeconfig();
+    let values = testbed::helm::values_file(&chart_values());
     testbed::helm::run(&[
         "install",
         RELEASE,
@@ -56,13 +66,48 @@ pub async fn helm_install(bed: &Testbed) {
         "--create-namespace",
         "--kubeconfig",
         kubeconfig.to_str().unwrap(),
+        "-f",
+        s(values.path()),
     ])
     .unwrap_or_else(|e| panic!("{e}"));
+    policies_in_force(bed).await;
     // The 1.34 bed is an API server alone (no controller manager makes
     // default service accounts, no pods run there).
     if bed.version() == testbed::Version::V1_37 {
         cluster::namespace(&bed.client().await, NAMESPACE).await;
     }
+}
+
+/// Waits until the API server enforces the chart's admission policies:
+/// it loads them a moment after they are created. The probe is a claim in
+/// the chart's (tenantless) namespace naming a tenant's class.
+async fn policies_in_force(bed: &Testbed) {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    use kube::api::{DeleteParams, PostParams};
+    let claims: Api<ResourceClaim> = Api::namespaced(bed.client().await, NAMESPACE);
+    let probe: ResourceClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "policy-probe"},
+        "spec": {"devices": {"requests": [{"name": "nic",
+            "exactly": {"deviceClassName": format!("ainic-pf-{}", TENANTS[0])}}]}},
+    }))
+    .unwrap();
+    wait::until(
+        "the chart's admission policies in force",
+        wait::DEADLINE,
+        || async {
+            match claims.create(&PostParams::default(), &probe).await {
+                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => Ok(()),
+                Ok(_) => {
+                    let _ = claims
+                        .delete("policy-probe", &DeleteParams::default())
+                        .await;
+                    Err("admitted: the policy is not loaded yet".to_string())
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
 }
 
 /// One fake node with a real agent publishing for it.

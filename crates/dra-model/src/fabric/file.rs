@@ -1,4 +1,5 @@
-//! The fabric config file: rail, fabric and leaf switch per node and per NIC.
+//! The fabric config file: rail, fabric, leaf switch and tenant per node
+//! and per NIC.
 //!
 //! ```yaml
 //! defaults:            # every node
@@ -9,8 +10,12 @@
 //!     leafSwitch: leaf-07
 //!     nics:            # one NIC, by PCI address or interface name
 //!       "0000:0c:00.0": { rail: 0, leafSwitch: leaf-01 }
-//!       enp140s0: { rail: 4 }
+//!       enp140s0: { rail: 4, tenant: team-a }
 //! ```
+//!
+//! The tenant is not a fabric fact, but it is set per node and per NIC like
+//! them, so it shares their file rather than needing a second one to
+//! distribute and keep in step.
 //!
 //! Unknown fields are errors (a misspelt `leafswitch` must not be ignored).
 
@@ -30,6 +35,8 @@ pub struct FabricEntry {
     pub fabric: Option<String>,
     /// Leaf switch.
     pub leaf_switch: Option<String>,
+    /// Tenant the NIC (and its VFs and shares) is fenced to.
+    pub tenant: Option<String>,
 }
 
 /// Facts for every NIC of one node, and per-NIC overrides.
@@ -40,6 +47,8 @@ pub struct NodeEntry {
     pub fabric: Option<String>,
     /// Leaf switch of every NIC of the node.
     pub leaf_switch: Option<String>,
+    /// Tenant of every NIC of the node.
+    pub tenant: Option<String>,
     /// Per NIC, keyed by PCI address or interface name.
     #[serde(default)]
     pub nics: BTreeMap<String, FabricEntry>,
@@ -88,6 +97,7 @@ fn check_node(node: &NodeEntry, origin: &str, path: &str) -> Result<(), FabricEr
         origin,
         &format!("{path}.leafSwitch"),
     )?;
+    check_tenant(node.tenant.as_deref(), origin, &format!("{path}.tenant"))?;
     for (nic, entry) in &node.nics {
         let at = format!("{path}.nics.{nic}");
         check_text(entry.fabric.as_deref(), origin, &format!("{at}.fabric"))?;
@@ -96,6 +106,7 @@ fn check_node(node: &NodeEntry, origin: &str, path: &str) -> Result<(), FabricEr
             origin,
             &format!("{at}.leafSwitch"),
         )?;
+        check_tenant(entry.tenant.as_deref(), origin, &format!("{at}.tenant"))?;
     }
     Ok(())
 }
@@ -112,6 +123,15 @@ fn check_text(value: Option<&str>, origin: &str, field: &str) -> Result<(), Fabr
         }
         _ => Ok(()),
     }
+}
+
+fn check_tenant(value: Option<&str>, origin: &str, field: &str) -> Result<(), FabricError> {
+    let Some(tenant) = value else { return Ok(()) };
+    crate::deviceclass::check_tenant(tenant).map_err(|message| FabricError::Field {
+        origin: origin.to_string(),
+        field: field.to_string(),
+        message,
+    })
 }
 
 #[cfg(test)]
@@ -155,5 +175,13 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("f.yaml") && err.contains("rail"), "{err}");
+        let err = FabricFile::parse(
+            "nodes:\n  n:\n    nics:\n      eth0: {tenant: Team_A}\n",
+            "f.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("nodes.n.nics.eth0.tenant"), "{err}");
+        assert!(err.contains("DNS label"), "{err}");
     }
 }

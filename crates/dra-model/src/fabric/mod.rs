@@ -1,4 +1,5 @@
-//! Fabric facts of each NIC: rail, fabric partition, leaf switch.
+//! Fabric facts of each NIC: rail, fabric partition, leaf switch, and the
+//! tenant the NIC is fenced to.
 //!
 //! Sources, strongest first: the fabric config file (per NIC, then per
 //! node, then its `defaults`), node labels, LLDP neighbours; else rail =
@@ -7,7 +8,8 @@
 //! logged and recorded. VFs share their PF's port and take its facts.
 //!
 //! Node labels read (under the driver domain, e.g. `ainic.amd.com/`):
-//! `fabric`, `leaf-switch` (every NIC) and `rail.<ifname>` (one NIC).
+//! `fabric`, `leaf-switch`, `tenant` (every NIC) and `rail.<ifname>` (one
+//! NIC).
 
 mod file;
 mod lldp;
@@ -67,6 +69,8 @@ pub struct FabricFacts {
     pub fabric: String,
     /// Leaf switch, when a source names it.
     pub leaf_switch: Option<String>,
+    /// Tenant, when a source names one.
+    pub tenant: Option<String>,
 }
 
 /// Facts for every NIC function, and the disagreements met.
@@ -111,6 +115,7 @@ pub fn resolve(
                     rail: 0,
                     fabric: DEFAULT_FABRIC.to_string(),
                     leaf_switch: None,
+                    tenant: None,
                 });
             out.facts.insert(vf.address, facts);
         }
@@ -153,40 +158,33 @@ fn resolve_pf(
             }
         }
     }
-    let mut fabric: Vec<Candidate<String>> = Vec::new();
-    fabric.extend(
-        nic_entry
-            .and_then(|e| e.fabric.clone())
-            .map(|v| ("fabric config file (nic)", v)),
-    );
-    fabric.extend(
-        node_entry
-            .and_then(|e| e.fabric.clone())
-            .map(|v| ("fabric config file (node)", v)),
-    );
-    fabric.extend(
-        defaults
-            .and_then(|e| e.fabric.clone())
-            .map(|v| ("fabric config file (defaults)", v)),
-    );
+    let from_file = |field: fn(&FabricEntry) -> Option<&String>,
+                     node_field: fn(&NodeEntry) -> Option<&String>|
+     -> Vec<Candidate<String>> {
+        let mut out: Vec<Candidate<String>> = Vec::new();
+        out.extend(
+            nic_entry
+                .and_then(field)
+                .map(|v| ("fabric config file (nic)", v.clone())),
+        );
+        out.extend(
+            node_entry
+                .and_then(node_field)
+                .map(|v| ("fabric config file (node)", v.clone())),
+        );
+        out.extend(
+            defaults
+                .and_then(node_field)
+                .map(|v| ("fabric config file (defaults)", v.clone())),
+        );
+        out
+    };
+    let mut fabric = from_file(|e| e.fabric.as_ref(), |n| n.fabric.as_ref());
     fabric.extend(label("fabric").map(|v| ("node label", v)));
-    let mut leaf: Vec<Candidate<String>> = Vec::new();
-    leaf.extend(
-        nic_entry
-            .and_then(|e| e.leaf_switch.clone())
-            .map(|v| ("fabric config file (nic)", v)),
-    );
-    leaf.extend(
-        node_entry
-            .and_then(|e| e.leaf_switch.clone())
-            .map(|v| ("fabric config file (node)", v)),
-    );
-    leaf.extend(
-        defaults
-            .and_then(|e| e.leaf_switch.clone())
-            .map(|v| ("fabric config file (defaults)", v)),
-    );
+    let mut leaf = from_file(|e| e.leaf_switch.as_ref(), |n| n.leaf_switch.as_ref());
     leaf.extend(label("leaf-switch").map(|v| ("node label", v)));
+    let mut tenant = from_file(|e| e.tenant.as_ref(), |n| n.tenant.as_ref());
+    tenant.extend(label("tenant").map(|v| ("node label", v)));
     if let Some(lldp) = &sources.lldp {
         leaf.extend(
             ifnames
@@ -200,6 +198,7 @@ fn resolve_pf(
         fabric: pick(pf.address, "fabric", fabric, conflicts)
             .unwrap_or_else(|| DEFAULT_FABRIC.to_string()),
         leaf_switch: pick(pf.address, "leafSwitch", leaf, conflicts),
+        tenant: pick(pf.address, "tenant", tenant, conflicts),
     }
 }
 

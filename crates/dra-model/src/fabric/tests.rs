@@ -102,3 +102,40 @@ fn nics_are_found_by_interface_name_and_bad_label_rails_are_reported() {
     assert_eq!(r.facts[&addr(0)].rail, 0, "bad label ignored, ordinal kept");
     assert!(r.conflicts.iter().any(|c| c.contains("not a number")));
 }
+
+#[test]
+fn tenant_comes_from_nic_then_node_then_label_and_vfs_inherit_it() {
+    let inv = sample::inventory(3, 1);
+    let file = FabricFile::parse(
+        "nodes:\n  node-a:\n    tenant: team-a\n    nics:\n      \"0000:20:00.0\": {tenant: team-b}\n",
+        "fabric.yaml",
+    )
+    .unwrap();
+    let labels = BTreeMap::from([("ainic.amd.com/tenant".to_string(), "team-c".to_string())]);
+    let sources = FabricSources {
+        file: Some(file),
+        node_labels: labels.clone(),
+        lldp: None,
+    };
+    let r = resolve(&inv, &sources, NODE, DRIVER);
+    let tenant = |a: PciAddress| r.facts[&a].tenant.clone();
+    assert_eq!(tenant(addr(0)).as_deref(), Some("team-a"));
+    assert_eq!(tenant(addr(1)).as_deref(), Some("team-b"));
+    assert_eq!(tenant(sample::vf_address(1, 0)).as_deref(), Some("team-b"));
+    assert!(
+        r.conflicts
+            .iter()
+            .any(|c| c.contains("tenant \"team-b\"") && c.contains("\"team-c\" from node label")),
+        "{:?}",
+        r.conflicts
+    );
+    // Without the file the node label fences every NIC; without either, none.
+    let only_label = FabricSources {
+        node_labels: labels,
+        ..FabricSources::default()
+    };
+    let r = resolve(&inv, &only_label, NODE, DRIVER);
+    assert_eq!(r.facts[&addr(2)].tenant.as_deref(), Some("team-c"));
+    let r = resolve(&inv, &FabricSources::default(), NODE, DRIVER);
+    assert_eq!(r.facts[&addr(2)].tenant, None);
+}
