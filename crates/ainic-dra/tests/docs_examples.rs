@@ -148,6 +148,24 @@ impl Node {
             ok(out, "slices").stdout,
         )
         .unwrap();
+        // The tenant classes the docs' tenant examples name
+        // (`ainic-dra deviceclasses --tenant team-a --tenant team-b`).
+        let tenants = ["team-a".to_string(), "team-b".to_string()];
+        let classes: Vec<_> = dra_model::deviceclass::device_classes("ainic.amd.com", &tenants)
+            .into_iter()
+            .skip(dra_model::deviceclass::device_classes("ainic.amd.com", &[]).len())
+            .map(|c| {
+                let mut v = serde_json::to_value(c).unwrap();
+                v["apiVersion"] = json!("resource.k8s.io/v1");
+                v["kind"] = json!("DeviceClass");
+                v
+            })
+            .collect();
+        std::fs::write(
+            node.dir.path().join("tenant-classes.json"),
+            serde_json::to_vec(&classes).unwrap(),
+        )
+        .unwrap();
         node
     }
 

@@ -54,6 +54,11 @@ pub struct ModelOptions {
     /// `<driver>/extended-resources=dra`): their devices carry the
     /// `extendedResource` attribute the chart's extended-resource classes select.
     pub extended_resources: bool,
+    /// Shared PFs without a configured tenant are bound to the first
+    /// tenant that takes a share (`--sticky-tenants`): they carry the
+    /// binding conditions the controller answers, when
+    /// `DRADeviceBindingConditions` is on.
+    pub sticky_tenants: bool,
 }
 
 impl ModelOptions {
@@ -72,6 +77,7 @@ impl ModelOptions {
             shared_min_queue_pairs: 1,
             fabric: FabricSources::default(),
             extended_resources: false,
+            sticky_tenants: false,
         }
     }
 }

@@ -50,6 +50,7 @@ pub(crate) fn build_device(
         };
         attrs.string(attr::EXTENDED_RESOURCE, name);
     }
+    let (binding, failure) = sticky_conditions(p, ctx).unzip();
     let taints = ctx
         .config
         .gate(FeatureGate::DraDeviceTaints)
@@ -79,8 +80,32 @@ pub(crate) fn build_device(
             }]
         }),
         taints: taints.map(|t| vec![t]),
+        binding_conditions: binding,
+        binding_failure_conditions: failure,
         ..Device::default()
     }
+}
+
+/// The binding and failure conditions of a sticky shared PF: shared,
+/// `--sticky-tenants`, `DRADeviceBindingConditions` on, and no configured
+/// tenant (none, or the controller's binding).
+fn sticky_conditions(
+    p: &Published<'_>,
+    ctx: &DeviceContext<'_>,
+) -> Option<(Vec<String>, Vec<String>)> {
+    let sticky = p.shared
+        && ctx.config.options().sticky_tenants
+        && ctx.config.gate(FeatureGate::DraDeviceBindingConditions)
+        && ctx
+            .fabric
+            .is_none_or(|f| f.tenant.is_none() || f.tenant_bound);
+    let driver = ctx.config.driver();
+    sticky.then(|| {
+        (
+            vec![names::qualified(driver, names::CONDITION_TENANT_BOUND)],
+            vec![names::qualified(driver, names::CONDITION_TENANT_CONFLICT)],
+        )
+    })
 }
 
 /// Attribute map under construction; string values are cut to the API limit.

@@ -26,6 +26,7 @@ pub mod partitions;
 pub mod plan;
 pub mod sample;
 pub mod slices;
+pub mod tenancy;
 pub mod validate;
 
 pub use config::{ConfigError, ModelConfig, ModelOptions, PfWithVfs};

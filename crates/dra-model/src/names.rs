@@ -105,6 +105,17 @@ pub const EXTENDED_VNIC: &str = "amd.com/vnic";
 /// resources to DRA: `dra`, or `classic` (the default).
 pub const LABEL_EXTENDED_RESOURCES: &str = "extended-resources";
 
+/// Node label prefix (under the driver domain) of a sticky shared PF's
+/// tenant binding: `<driver>/bound-tenant.<device>` = tenant. Kept by the
+/// controller while a claim of that tenant holds a share of the device.
+pub const LABEL_BOUND_TENANT_PREFIX: &str = "bound-tenant.";
+
+/// Binding condition of a sticky shared PF: the controller bound the PF to
+/// the claim's tenant (the scheduler binds the pod only once it is true).
+pub const CONDITION_TENANT_BOUND: &str = "tenant-bound";
+/// Binding failure condition: the PF is bound to another tenant.
+pub const CONDITION_TENANT_CONFLICT: &str = "tenant-conflict";
+
 /// Capacity names (unqualified; published as `<driver>/<id>`).
 pub mod capacity {
     /// Link bandwidth in bits/s.

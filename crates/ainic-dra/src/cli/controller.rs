@@ -43,6 +43,13 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "NAME", default_value = "ainic-fabric")]
     pub fabric_class: String,
 
+    /// Namespace label whose value is the namespace's tenant: a sticky
+    /// shared PF (`ainic-dra node --sticky-tenants`) is bound to the tenant
+    /// of the first claim taking a share (a namespace without the label is
+    /// a tenant of its own).
+    #[arg(long, value_name = "KEY", default_value = "ainic.amd.com/tenant")]
+    pub tenant_label: String,
+
     /// This replica's identity in the Lease (the pod name).
     #[arg(long, env = "POD_NAME", value_name = "ID")]
     pub identity: String,
@@ -89,6 +96,7 @@ pub fn run(args: ControllerArgs) -> Result<()> {
             resync_every: Duration::from_secs(args.resync_interval.max(1)),
             shared: gates.enabled(FeatureGate::DraConsumableCapacity),
             fabric_class: args.fabric_class.clone(),
+            tenant_label: args.tenant_label.clone(),
         };
         tracing::info!(?config, "controller starting");
         controller::run(client, config, crate::node::shutdown_signal()).await;

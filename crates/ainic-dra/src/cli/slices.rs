@@ -49,6 +49,14 @@ pub struct ModelArgs {
     #[arg(long, value_name = "PF,...", value_delimiter = ',')]
     pub shared_pfs: Vec<String>,
 
+    /// Bind each shared PF that the fabric config gives no tenant to the
+    /// first tenant that takes a share, until its last share is released:
+    /// the PF carries binding conditions that `ainic-dra controller`
+    /// answers (needs DRADeviceBindingConditions; without it the flag
+    /// publishes nothing more).
+    #[arg(long)]
+    pub sticky_tenants: bool,
+
     /// Queue pairs of each PF, published as capacity `queuePairs`.
     #[arg(long, value_name = "N")]
     pub pf_queue_pairs: Option<u64>,
@@ -57,7 +65,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "N")]
     pub vf_queue_pairs: Option<u64>,
 
-    /// Fabric config file (YAML: per node / per NIC rail, fabric, leafSwitch).
+    /// Fabric config file (YAML: per node / per NIC rail, fabric,
+    /// leafSwitch, tenant).
     #[arg(long, value_name = "FILE")]
     pub fabric_config: Option<PathBuf>,
 
@@ -119,6 +128,7 @@ impl ModelArgs {
             PfWithVfsArg::PfOnly => PfWithVfs::PfOnly,
         };
         o.shared_pfs = self.shared_pfs.clone();
+        o.sticky_tenants = self.sticky_tenants;
         o.pf_queue_pairs = self.pf_queue_pairs;
         o.vf_queue_pairs = self.vf_queue_pairs;
         o.extended_resources = extended_resources_by_dra(&o.driver, &node_labels)?;

@@ -18,14 +18,17 @@
 //! resync. Each partition device says how full it is (`nodesAllocated`,
 //! from the claims allocated from it), and an unallocated claim of the
 //! partition class that no partition has room for gets a Warning Event
-//! (`NoFabricPartitionFits`) naming each partition's free nodes. A pass
-//! writes only
-//! what differs, so at rest it writes nothing (the Lease renewal is the
+//! (`NoFabricPartitionFits`) naming each partition's free nodes. It also
+//! answers the binding conditions of sticky shared PFs ([`tenants`],
+//! `dra_model::tenancy`): a shared PF no one assigned goes to the first
+//! tenant taking a share, until its last share is released. A pass writes
+//! only what differs, so at rest it writes nothing (the Lease renewal is the
 //! only write). Stopping the controller leaves its slices,
 //! labels and every claim allocated from them alone.
 
 pub mod lease;
 pub mod reconcile;
+mod tenants;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -66,6 +69,8 @@ pub struct ControllerConfig {
     pub shared: bool,
     /// DeviceClass of partition claims (for the "fits no partition" Events).
     pub fabric_class: String,
+    /// Namespace label naming a namespace's tenant (sticky tenant binding).
+    pub tenant_label: String,
 }
 
 /// Feeds a nudge into `nudges` for every event of `seen`.
@@ -143,6 +148,7 @@ pub async fn run(
         fabric_class: config.fabric_class.clone(),
         identity: config.identity.clone(),
         reported: BTreeMap::new(),
+        tenant_label: config.tenant_label.clone(),
     };
     tokio::pin!(shutdown);
     let mut leadership = Leadership::default();

@@ -31,6 +31,8 @@ pub struct Pass {
     pub slices: usize,
     /// "Fits no partition" Events posted.
     pub events: usize,
+    /// Tenant binding labels and claim answers written.
+    pub tenant_writes: usize,
 }
 
 /// The parts a pass works with.
@@ -55,6 +57,8 @@ pub struct Reconciler {
     /// Claims (by UID) told they fit no partition, with what they were
     /// told: each is told once per message.
     pub reported: BTreeMap<String, String>,
+    /// Namespace label naming a namespace's tenant (sticky tenant binding).
+    pub tenant_label: String,
 }
 
 /// Why a pass failed.
@@ -66,7 +70,7 @@ pub struct PassError {
     source: kube::Error,
 }
 
-fn failed(action: impl Into<String>) -> impl FnOnce(kube::Error) -> PassError {
+pub(super) fn failed(action: impl Into<String>) -> impl FnOnce(kube::Error) -> PassError {
     let action = action.into();
     move |source| PassError { action, source }
 }
@@ -95,7 +99,19 @@ impl Reconciler {
                 .collect(),
             ..Pass::default()
         };
-        pass.labels = (self.label_nodes(&partitions::node_fabric_labels(&found))).await?;
+        // Metadata only: a cluster's full Node objects are large.
+        let nodes = self.nodes.list_metadata(&ListParams::default()).await;
+        let node_labels: BTreeMap<String, BTreeMap<String, String>> =
+            (nodes.map_err(failed("list nodes"))?.items.into_iter())
+                .map(|n| {
+                    (
+                        n.metadata.name.unwrap_or_default(),
+                        n.metadata.labels.unwrap_or_default(),
+                    )
+                })
+                .collect();
+        pass.labels =
+            (self.label_nodes(&node_labels, &partitions::node_fabric_labels(&found))).await?;
         // A node that could not be labelled is logged and tried again at the
         // next pass; the slices are written regardless.
         let desired = partitions::partition_slices(&found, &self.driver, self.shared);
@@ -104,6 +120,7 @@ impl Reconciler {
             .collect();
         pass.slices = self.write_slices(&desired, &ours).await?;
         pass.events = self.tell_unfit(&found, &claims).await;
+        pass.tenant_writes = self.bind_tenants(&claims, &node_labels).await?;
         Ok(pass)
     }
 
@@ -175,17 +192,13 @@ impl Reconciler {
     /// removing those it does not name; how many nodes changed.
     async fn label_nodes(
         &self,
+        nodes: &BTreeMap<String, BTreeMap<String, String>>,
         wanted: &BTreeMap<String, BTreeMap<&'static str, String>>,
     ) -> Result<usize, PassError> {
-        // Metadata only: a cluster's full Node objects are large.
-        let nodes = self.nodes.list_metadata(&ListParams::default()).await;
-        let nodes = nodes.map_err(failed("list nodes"))?.items;
         let none = BTreeMap::new();
         let mut changed = 0;
-        for node in nodes {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            let labels = node.metadata.labels.unwrap_or_default();
-            let want = wanted.get(&name).unwrap_or(&none);
+        for (name, labels) in nodes {
+            let want = wanted.get(name).unwrap_or(&none);
             // A merge patch: a value sets the label, null removes it.
             let changes: serde_json::Map<String, Value> = NODE_LABELS
                 .iter()
@@ -198,7 +211,7 @@ impl Reconciler {
             let patch = json!({"metadata": {"labels": changes}});
             let done = self
                 .nodes
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
             match done {
                 Ok(_) => {

@@ -369,6 +369,38 @@ fn controller_rbac_is_least_privilege_and_off_when_disabled() {
     assert_eq!(pod["containers"][0]["args"][0], "controller");
     let off = render(json!({"controller": {"enabled": false}}));
     assert!(find(&off, "Deployment").is_empty());
+
+    // Sticky tenants add exactly what answering binding conditions needs.
+    let sticky = render(json!({"tenants": {"sticky": true, "namespaceLabel": "example.com/team"}}));
+    let mut more = grants_of(named(&sticky, "ClusterRole", "-controller"));
+    more.retain(|g| !wanted.contains(g));
+    assert_eq!(
+        more,
+        [
+            "/namespaces list",
+            "resource.k8s.io/resourceclaims/driver arbitrary-node:patch",
+            "resource.k8s.io/resourceclaims/status patch"
+        ]
+    );
+    let role = named(&sticky, "ClusterRole", "-controller");
+    let driver_rule = (role["rules"].as_array().unwrap().iter())
+        .find(|r| r["resources"][0] == "resourceclaims/driver")
+        .unwrap();
+    assert_eq!(driver_rule["resourceNames"], json!(["ainic.amd.com"]));
+    let pod = &named(&sticky, "Deployment", "-controller")["spec"]["template"]["spec"];
+    let controller_args: Vec<&str> = (pod["containers"][0]["args"].as_array().unwrap().iter())
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        controller_args.contains(&"--tenant-label=example.com/team"),
+        "{controller_args:?}"
+    );
+    let agent_args = args(&sticky);
+    assert!(
+        agent_args.iter().any(|a| a == "--sticky-tenants"),
+        "{agent_args:?}"
+    );
+    assert_binary_accepts(&agent_args);
 }
 
 #[test]

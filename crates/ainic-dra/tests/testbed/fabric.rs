@@ -16,7 +16,7 @@
 //! controller runs as the chart's controller service account.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use dra_model::partitions::{LABEL_LEAF, LABEL_PARTITION, LABEL_RAIL_GROUP};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -29,41 +29,13 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testkit::testbed::{Testbed, UpOptions, Version, cluster, wait};
 
-use crate::support::{DRIVER, NodeAgent, expected_slices, helm_install, published};
+use crate::support::{
+    DRIVER, NodeAgent, expected_slices, helm_install, published, start_controller,
+};
 
 const NAMESPACE: &str = "jobs";
 const X: [&str; 2] = ["fab-x1", "fab-x2"];
 const Y: [&str; 2] = ["fab-y1", "fab-y2"];
-
-/// The controller as a process, killed when dropped.
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the controller with the chart's controller identity (its RBAC
-/// judged by the real API server), its Lease in the chart's namespace.
-async fn start_controller(bed: &Testbed, log: &std::path::Path) -> Controller {
-    let account = format!("{}-controller", crate::support::RELEASE);
-    let ns = crate::support::NAMESPACE;
-    let token = cluster::account_token(&bed.client().await, ns, &account).await;
-    let kubeconfig = bed.write_kubeconfig("controller", &account, &token);
-    let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args(["--log", "info", "controller", "--kubeconfig"])
-        .arg(kubeconfig)
-        .args(["--namespace", ns, "--identity", "test-1"])
-        .args(["--resync-interval", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start ainic-dra controller");
-    Controller(child)
-}
 
 /// Each partition device's `nodesAllocated`, by pool.
 async fn allocated(client: &kube::Client) -> BTreeMap<String, i64> {

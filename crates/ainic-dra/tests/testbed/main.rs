@@ -16,5 +16,6 @@ mod extended;
 mod fabric;
 mod publish;
 mod schedule;
+mod sticky;
 mod support;
 mod tenants;

@@ -32,7 +32,7 @@ pub const TENANTS: [&str; 2] = ["team-a", "team-b"];
 
 /// The values every shared bed's chart is installed with.
 pub fn chart_values() -> serde_json::Value {
-    serde_json::json!({"tenants": {"names": TENANTS}})
+    serde_json::json!({"tenants": {"names": TENANTS, "sticky": true}})
 }
 
 /// The chart directory.
@@ -108,6 +108,36 @@ async fn policies_in_force(bed: &Testbed) {
         },
     )
     .await;
+}
+
+/// The controller as a process, killed when dropped.
+pub struct Controller(Child);
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the controller with the chart's controller identity (its RBAC
+/// judged by the real API server), its Lease in the chart's namespace.
+pub async fn start_controller(bed: &Testbed, log: &std::path::Path) -> Controller {
+    let account = format!("{}-controller", crate::support::RELEASE);
+    let ns = crate::support::NAMESPACE;
+    let token = cluster::account_token(&bed.client().await, ns, &account).await;
+    let kubeconfig = bed.write_kubeconfig("controller", &account, &token);
+    let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(["--log", "info", "controller", "--kubeconfig"])
+        .arg(kubeconfig)
+        .args(["--namespace", ns, "--identity", "test-1"])
+        .args(["--resync-interval", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start ainic-dra controller");
+    Controller(child)
 }
 
 /// One fake node with a real agent publishing for it.

@@ -8,8 +8,9 @@
 //! logged and recorded. VFs share their PF's port and take its facts.
 //!
 //! Node labels read (under the driver domain, e.g. `ainic.amd.com/`):
-//! `fabric`, `leaf-switch`, `tenant` (every NIC) and `rail.<ifname>` (one
-//! NIC).
+//! `fabric`, `leaf-switch`, `tenant` (every NIC), `rail.<ifname>` (one
+//! NIC) and `bound-tenant.<device>` (a sticky shared PF's tenant, set by
+//! the controller; the weakest tenant source).
 
 mod file;
 mod lldp;
@@ -71,6 +72,9 @@ pub struct FabricFacts {
     pub leaf_switch: Option<String>,
     /// Tenant, when a source names one.
     pub tenant: Option<String>,
+    /// The tenant is a sticky binding the controller made (node label
+    /// `bound-tenant.<device>`), not a configured one.
+    pub tenant_bound: bool,
 }
 
 /// Facts for every NIC function, and the disagreements met.
@@ -81,6 +85,9 @@ pub struct FabricResolution {
     /// One line per disagreement between sources.
     pub conflicts: Vec<String>,
 }
+
+/// Where a sticky tenant binding comes from (weakest tenant source).
+const BOUND_SOURCE: &str = "tenant binding (node label)";
 
 /// A candidate value and where it came from.
 type Candidate<T> = (&'static str, T);
@@ -116,6 +123,7 @@ pub fn resolve(
                     fabric: DEFAULT_FABRIC.to_string(),
                     leaf_switch: None,
                     tenant: None,
+                    tenant_bound: false,
                 });
             out.facts.insert(vf.address, facts);
         }
@@ -185,6 +193,12 @@ fn resolve_pf(
     leaf.extend(label("leaf-switch").map(|v| ("node label", v)));
     let mut tenant = from_file(|e| e.tenant.as_ref(), |n| n.tenant.as_ref());
     tenant.extend(label("tenant").map(|v| ("node label", v)));
+    let bound_key = format!(
+        "{}{}",
+        crate::names::LABEL_BOUND_TENANT_PREFIX,
+        crate::names::device_name(pf)
+    );
+    tenant.extend(label(&bound_key).map(|v| (BOUND_SOURCE, v)));
     if let Some(lldp) = &sources.lldp {
         leaf.extend(
             ifnames
@@ -198,6 +212,9 @@ fn resolve_pf(
         fabric: pick(pf.address, "fabric", fabric, conflicts)
             .unwrap_or_else(|| DEFAULT_FABRIC.to_string()),
         leaf_switch: pick(pf.address, "leafSwitch", leaf, conflicts),
+        tenant_bound: tenant
+            .first()
+            .is_some_and(|(source, _)| *source == BOUND_SOURCE),
         tenant: pick(pf.address, "tenant", tenant, conflicts),
     }
 }

@@ -1,0 +1,168 @@
+//! The controller's part of sticky tenant binding
+//! ([`dra_model::tenancy`]): each pass it reads the namespaces' tenant
+//! labels, decides from the claims and node labels the pass already
+//! listed, writes the binding labels on the Nodes, and then the
+//! `tenant-bound` / `tenant-conflict` conditions on the claims' shares.
+//!
+//! Labels go first: a crash between the two leaves a label whose claim is
+//! still unanswered, and the next pass answers it the same way. Conditions
+//! are written by server-side apply under the field manager
+//! `<driver>/tenant-binding` (the agent's `Ready` and network data on the
+//! same entries are its own), naming the claim's UID so that a recreated
+//! claim is not answered by mistake; a claim deallocated meanwhile is
+//! refused by the API server (the entry must name an allocated device).
+
+use std::collections::BTreeMap;
+
+use dra_model::names::{self, CONDITION_TENANT_BOUND, CONDITION_TENANT_CONFLICT};
+use dra_model::tenancy::{self, Answer, ClaimAnswer, LabelChange};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::reconcile::{PassError, Reconciler, failed};
+use crate::node::plugin::ClaimRef;
+use crate::node::plugin::status::apply_body;
+
+impl Reconciler {
+    /// Binds sticky PFs to tenants; how many labels and claims it wrote.
+    pub(super) async fn bind_tenants(
+        &self,
+        claims: &[ResourceClaim],
+        node_labels: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> Result<usize, PassError> {
+        if !tenancy::in_use(claims, node_labels, &self.driver) {
+            return Ok(0);
+        }
+        let tenants = self.namespace_tenants().await?;
+        let tenant_of = |namespace: &str| {
+            (tenants.get(namespace).cloned()).unwrap_or_else(|| namespace.to_string())
+        };
+        let plan = tenancy::plan(claims, node_labels, &tenant_of, &self.driver);
+        for violation in &plan.violations {
+            tracing::error!(%violation, "tenants share a sticky PF");
+        }
+        let mut writes = 0;
+        let mut unlabelled = Vec::new();
+        for change in &plan.labels {
+            match self.write_label(change).await {
+                Ok(()) => writes += 1,
+                Err(error) => {
+                    tracing::warn!(node = %change.node, key = %change.key, %error, "cannot write the tenant binding label; trying again at the next pass");
+                    unlabelled.push(change.node.clone());
+                }
+            }
+        }
+        for answer in &plan.claims {
+            // A binding whose label could not be written is not answered.
+            let waits = answer
+                .shares
+                .iter()
+                .any(|(share, a)| *a == Answer::Bound && unlabelled.contains(&share.pf.pool));
+            if waits {
+                continue;
+            }
+            let claim = claims
+                .iter()
+                .find(|c| c.metadata.uid.as_deref() == Some(&answer.uid));
+            match self.write_answer(answer, claim).await {
+                Ok(()) => writes += 1,
+                Err(error) => {
+                    tracing::warn!(claim = %answer.name, namespace = %answer.namespace, %error, "cannot answer the claim's tenant binding; trying again at the next pass")
+                }
+            }
+        }
+        Ok(writes)
+    }
+
+    /// Each labelled namespace's tenant.
+    async fn namespace_tenants(&self) -> Result<BTreeMap<String, String>, PassError> {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        let params = ListParams::default().labels(&self.tenant_label);
+        let list = namespaces.list_metadata(&params).await;
+        let list = list.map_err(failed("list namespaces"))?.items;
+        Ok(list
+            .into_iter()
+            .filter_map(|ns| {
+                let tenant = ns.metadata.labels?.remove(&self.tenant_label)?;
+                Some((ns.metadata.name?, tenant))
+            })
+            .collect())
+    }
+
+    async fn write_label(&self, change: &LabelChange) -> Result<(), kube::Error> {
+        let patch = json!({"metadata": {"labels": {&change.key: change.value}}});
+        let done = (self.nodes)
+            .patch(&change.node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        tracing::info!(node = %change.node, key = %change.key, value = ?change.value, ok = done.is_ok(), "tenant binding label");
+        done.map(|_| ())
+    }
+
+    async fn write_answer(
+        &self,
+        answer: &ClaimAnswer,
+        claim: Option<&ResourceClaim>,
+    ) -> Result<(), kube::Error> {
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let entries: Vec<Value> = (answer.shares.iter())
+            .map(|(share, a)| {
+                let (kind, reason, message) = match a {
+                    Answer::Bound => (CONDITION_TENANT_BOUND, "TenantBound", String::new()),
+                    Answer::Conflict(why) => {
+                        (CONDITION_TENANT_CONFLICT, "TenantConflict", why.clone())
+                    }
+                };
+                let kind = names::qualified(&self.driver, kind);
+                let since = transition_time(claim, share, &kind).unwrap_or_else(|| now.clone());
+                json!({"driver": self.driver, "pool": share.pf.pool, "device": share.pf.device,
+                       "shareID": share.share_id,
+                       "conditions": [{"type": kind, "status": "True", "reason": reason,
+                                       "message": message, "lastTransitionTime": since}]})
+            })
+            .collect();
+        let claim_ref = ClaimRef {
+            namespace: answer.namespace.clone(),
+            uid: answer.uid.clone(),
+            name: answer.name.clone(),
+        };
+        let manager = format!("{}/tenant-binding", self.driver);
+        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &answer.namespace);
+        api.patch_status(
+            &answer.name,
+            &PatchParams::apply(&manager).force(),
+            &Patch::Apply(apply_body(&claim_ref, entries)),
+        )
+        .await?;
+        tracing::info!(claim = %answer.name, namespace = %answer.namespace, answers = ?answer.shares, "tenant binding answered");
+        Ok(())
+    }
+}
+
+/// When the condition `kind` of `share` last turned true, if it is already.
+fn transition_time(
+    claim: Option<&ResourceClaim>,
+    share: &tenancy::Share,
+    kind: &str,
+) -> Option<String> {
+    let devices = claim?.status.as_ref()?.devices.as_ref()?;
+    let entry = devices.iter().find(|d| {
+        d.pool == share.pf.pool && d.device == share.pf.device && d.share_id == share.share_id
+    })?;
+    let condition = entry
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind && c.status == "True")?;
+    Some(
+        condition
+            .last_transition_time
+            .0
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string(),
+    )
+}
