@@ -62,10 +62,14 @@ fn demo_runs_every_use_case_and_leaves_the_evidence() {
         "job-0 -> node-a pf-0000-04-00-0 (fabric pod-a, rail 0)",
         "job-1 -> node-b pf-0000-04-00-0 (fabric pod-a, rail 0)",
         "job-2 stays Pending",
+        "job-a-0 -> node-a pf-0000-84-00-0 (partition pod-a)",
+        "job-a-1 -> node-a pf-0000-a4-00-0 (partition pod-a)",
+        "job-b-0 stays Pending: 0/3 nodes are available",
+        "node node-c: claim demo/job-b: request partition:",
         "node-c: claim demo/job-2: request nic:",
         "env: NCCL_IB_HCA==ionic_1",
         "env: AINIC_SHARE_ID=",
-        "node-a: 7 claims unprepared, CDI dir empty",
+        "node-a: 10 claims unprepared, CDI dir empty",
         "3 agents stopped on SIGTERM",
     ] {
         assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
@@ -115,7 +119,8 @@ fn demo_runs_every_use_case_and_leaves_the_evidence() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(specs.len(), 14);
+    // job-a's partition claim is prepared with no device and gets none.
+    assert_eq!(specs.len(), 18);
     let mut kinds = std::collections::BTreeMap::new();
     for spec in &specs {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(spec).unwrap()).unwrap();
@@ -127,8 +132,8 @@ fn demo_runs_every_use_case_and_leaves_the_evidence() {
     assert_eq!(
         kinds,
         [
-            ("ainic.amd.com/metadata".to_string(), 7),
-            ("amd.com/ainic".to_string(), 7)
+            ("ainic.amd.com/metadata".to_string(), 9),
+            ("amd.com/ainic".to_string(), 9)
         ]
         .into()
     );

@@ -8,6 +8,7 @@
 //! API (CDI specs written), shown as a container would get them, and
 //! unprepared. Each step checks its outcome; any surprise is an error.
 
+mod fabric_job;
 mod kubelet;
 mod prepare;
 mod schedule;

@@ -41,19 +41,30 @@ pub async fn prepare_all(
         }
         let prepared = kubelet::prepare(plugin, &claims).await?;
         let specs = kubelet::claim_specs(&dirs.cdi);
-        if specs.len() != claims.len() {
+        // A fabric partition claim has nothing to attach on a node: it is
+        // prepared with no devices and gets no spec.
+        let with_devices = prepared.values().filter(|d| !d.is_empty()).count();
+        if specs.len() != with_devices {
             bail!(
-                "{node}: {} claims prepared but {} CDI specs written",
-                claims.len(),
+                "{node}: {with_devices} claims prepared with devices but {} CDI specs written",
                 specs.len()
             );
         }
         let metadata = kubelet::spec_files(&dirs.cdi).len() - specs.len();
+        let empty = claims.len() - with_devices;
         story.ok(&format!(
-            "{node}: {} prepared, one CDI spec each in {} (and {} mounting device metadata)",
-            count(claims.len(), "claim"),
+            "{node}: {} prepared, one CDI spec each in {} (and {} mounting device metadata){}",
+            count(with_devices, "claim"),
             dirs.cdi.display(),
             count(metadata, "spec"),
+            if empty > 0 {
+                format!(
+                    "; {} with no device here (a fabric partition)",
+                    count(empty, "claim")
+                )
+            } else {
+                String::new()
+            },
         ));
         snapshot(&world.base, node, &dirs.cdi)?;
         for claim in claims.iter().filter(|c| SHOWN.contains(&c.name.as_str())) {

@@ -88,6 +88,11 @@ impl<'a> Scheduler<'a> {
         Ok(Scheduler { api, features })
     }
 
+    /// The cluster's feature gates, as the allocator takes them.
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
     /// Every ResourceSlice in the API (all drivers).
     pub fn slices(&self) -> Vec<ResourceSlice> {
         self.api.list()

@@ -1,6 +1,7 @@
 //! The four use cases, scheduled: a job inside one fabric partition, GPU +
 //! NIC pairs at PCIe-switch precision, one NIC shared by bandwidth, a CEL
-//! constraint, and a pod that cannot be placed, with the reason. Each
+//! constraint, a pod that cannot be placed, with the reason, and jobs that
+//! name no partition ([`super::fabric_job`]). Each
 //! checks its own outcome against the published attributes.
 
 use anyhow::{Result, bail};
@@ -18,7 +19,8 @@ pub struct Placed {
 }
 
 impl Placed {
-    fn add(&mut self, node: &str, claims: Vec<ResourceClaim>) {
+    /// Records `claims` as placed on `node`.
+    pub fn add(&mut self, node: &str, claims: Vec<ResourceClaim>) {
         self.claims
             .extend(claims.into_iter().map(|c| (node.to_string(), c)));
     }
@@ -33,6 +35,7 @@ pub fn run_all(story: &Story, world: &World, slices: &[ResourceSlice]) -> Result
     sharing(story, &scheduler, &mut placed)?;
     min_bandwidth(story, &scheduler, slices, &mut placed)?;
     unschedulable(story, &scheduler)?;
+    super::fabric_job::run(story, world, scheduler.features(), &mut placed)?;
     Ok(placed)
 }
 
