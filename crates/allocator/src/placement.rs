@@ -9,7 +9,9 @@
 //! A node is skipped when the pod's `nodeName` or `nodeSelector` rule it
 //! out, when it is cordoned, or when it has a `NoSchedule`/`NoExecute`
 //! taint the pod does not tolerate; a pod generated claims exist for
-//! (`status.resourceClaimStatuses`) uses those. Node affinity, resources
+//! (`status.resourceClaimStatuses`) uses those. A pod of a PodGroup whose
+//! claim entry equals the group's shares the one claim made for the group
+//! (`<group>-<entry>`); the gang's all-or-nothing binding is not modelled. Node affinity, resources
 //! other than claims, and inter-pod rules are not looked at. The scheduler
 //! scores feasible nodes and takes the best; this takes the first by name,
 //! so when several nodes fit it may name another one than a cluster would.
@@ -23,6 +25,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::node::selector_matches;
 use crate::scenario::{claim_from_template, with_allocations};
+use crate::taints::Fields;
 use crate::{AllocateError, Allocator, Features, InputError, NodeFacts, Scenario};
 
 /// Where one pod went.
@@ -203,22 +206,23 @@ impl Candidate {
     }
 }
 
-/// Whether a toleration matches a taint, as the scheduler's
-/// `ToleratesTaint`: same effect (or none), and same key with `Exists` or
-/// an equal value, or no key with `Exists`.
-fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect = toleration.effect.as_deref().unwrap_or("");
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = toleration.key.as_deref().unwrap_or("");
-    let exists = toleration.operator.as_deref() == Some("Exists");
-    if key.is_empty() {
-        return exists;
-    }
-    key == taint.key
-        && (exists
-            || toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""))
+/// Whether a pod's toleration matches a node taint (the scheduler's
+/// `ToleratesTaint`, the rule device taints follow too).
+fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    crate::taints::matches(
+        Fields::new(
+            t.key.as_deref(),
+            t.operator.as_deref(),
+            t.value.as_deref(),
+            t.effect.as_deref(),
+        ),
+        Fields::new(
+            Some(&taint.key),
+            None,
+            taint.value.as_deref(),
+            Some(&taint.effect),
+        ),
+    )
 }
 
 /// The pod's claims, in `spec.resourceClaims` order.
@@ -262,12 +266,20 @@ fn needs(
                     "template {namespace}/{template} is not in the input"
                 ));
             };
-            let mut claim = claim_from_template(found.clone());
             // The name the resource-claim controller would give, less its
-            // random suffix.
-            claim.metadata.name = Some(format!("{pod_name}-{}", entry.name));
+            // random suffix: the group's when the pod's PodGroup makes the
+            // claim for all its pods, else the pod's.
+            let owner = group_of(scenario, pod, entry).unwrap_or(&pod_name);
+            let name = format!("{owner}-{}", entry.name);
+            let wanted = (namespace.clone(), name.clone());
+            if let Some(claim) = held.iter().find(|c| key(&c.metadata) == wanted) {
+                needs.push(Need::Held(claim.clone()));
+                continue;
+            }
+            let mut claim = claim_from_template(found.clone());
+            claim.metadata.name = Some(name);
             claim.metadata.namespace = Some(namespace.clone());
-            claim.metadata.uid = Some(format!("{namespace}/{pod_name}/{}", entry.name));
+            claim.metadata.uid = Some(format!("{namespace}/{owner}/{}", entry.name));
             needs.push(Need::Pending(claim));
         } else {
             return Err(format!(
@@ -277,6 +289,30 @@ fn needs(
         }
     }
     Ok(needs)
+}
+
+/// The pod's PodGroup when the group has the same claim entry as the
+/// pod's `entry` (same name and template): the resource-claim controller
+/// then makes one claim for the group and every pod of it uses that one.
+fn group_of<'s>(
+    scenario: &'s Scenario,
+    pod: &Pod,
+    entry: &k8s_openapi::api::core::v1::PodResourceClaim,
+) -> Option<&'s String> {
+    let group = (pod.spec.as_ref()?.scheduling_group.as_ref()?)
+        .pod_group_name
+        .as_deref()?;
+    let namespace = namespace_of(&pod.metadata);
+    let found = scenario.pod_groups.iter().find(|g| {
+        g.metadata.name.as_deref() == Some(group) && namespace_of(&g.metadata) == namespace
+    })?;
+    let claims = found.spec.resource_claims.as_deref().unwrap_or_default();
+    let same = claims.iter().any(|c| {
+        c.name == entry.name
+            && c.resource_claim_name == entry.resource_claim_name
+            && c.resource_claim_template_name == entry.resource_claim_template_name
+    });
+    same.then_some(found.metadata.name.as_ref()?)
 }
 
 /// The claim the resource-claim controller generated for the pod's entry

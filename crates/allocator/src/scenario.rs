@@ -76,6 +76,10 @@ pub struct Scenario {
     /// DeviceTaintRules: their taints are added to the devices they select
     /// before allocating, as the scheduler's slice tracker does.
     pub taint_rules: Vec<DeviceTaintRule>,
+    /// PodGroups (`scheduling.k8s.io/v1beta1`, 1.37 with
+    /// `DRAWorkloadResourceClaims`): a claim made from a template for the
+    /// group is one claim all its pods share.
+    pub pod_groups: Vec<k8s_openapi::api::scheduling::v1beta1::PodGroup>,
 }
 
 /// What a question gets.
@@ -115,6 +119,7 @@ impl Scenario {
             | "ResourceClaim"
             | "ResourceClaimTemplate"
             | "DeviceTaintRule" => "resource.k8s.io/v1",
+            "PodGroup" => "scheduling.k8s.io/v1beta1",
             _ => api_version,
         };
         if api_version != wanted {
@@ -129,6 +134,9 @@ impl Scenario {
                 .push(serde_json::from_value(value).map_err(parse_error)?),
             "Pod" => self
                 .pods
+                .push(serde_json::from_value(value).map_err(parse_error)?),
+            "PodGroup" => self
+                .pod_groups
                 .push(serde_json::from_value(value).map_err(parse_error)?),
             "DeviceClass" => self
                 .classes
@@ -155,7 +163,7 @@ impl Scenario {
             "" => return Err("object has no kind".into()),
             other => {
                 return Err(format!(
-                    "unsupported kind {other} (expected Node, DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate, DeviceTaintRule)"
+                    "unsupported kind {other} (expected Node, Pod, PodGroup, DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate, DeviceTaintRule)"
                 ));
             }
         }

@@ -6,26 +6,65 @@
 
 use k8s_openapi::api::resource::v1::{DeviceTaint, DeviceToleration};
 
-/// Whether one toleration tolerates the taint.
-pub(crate) fn tolerates(toleration: &DeviceToleration, taint: &DeviceTaint) -> bool {
-    if toleration
-        .effect
-        .as_deref()
-        .is_some_and(|e| !e.is_empty() && e != taint.effect)
-    {
+/// A toleration's or taint's fields, the same for devices and nodes.
+pub(crate) struct Fields<'a> {
+    pub key: &'a str,
+    pub operator: &'a str,
+    pub value: &'a str,
+    pub effect: &'a str,
+}
+
+/// Whether a toleration with `t`'s fields tolerates a taint with
+/// `taint`'s, as upstream's `ToleratesTaint` (core and resource alike):
+/// same effect unless the toleration names none, same key unless it names
+/// none, then `Exists`, or `Equal` (the default) with the same value.
+pub(crate) fn matches(t: Fields<'_>, taint: Fields<'_>) -> bool {
+    if !t.effect.is_empty() && t.effect != taint.effect {
         return false;
     }
-    let key = toleration.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
+    if !t.key.is_empty() && t.key != taint.key {
         return false;
     }
-    match toleration.operator.as_deref().unwrap_or("Equal") {
+    match t.operator {
         "Exists" => true,
-        "Equal" | "" => {
-            toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
+        "Equal" | "" => t.value == taint.value,
         _ => false,
     }
+}
+
+impl<'a> Fields<'a> {
+    /// The fields as the API objects hold them (unset = empty).
+    pub fn new(
+        key: Option<&'a str>,
+        operator: Option<&'a str>,
+        value: Option<&'a str>,
+        effect: Option<&'a str>,
+    ) -> Self {
+        Fields {
+            key: key.unwrap_or(""),
+            operator: operator.unwrap_or(""),
+            value: value.unwrap_or(""),
+            effect: effect.unwrap_or(""),
+        }
+    }
+}
+
+/// Whether one toleration tolerates the device taint.
+pub(crate) fn tolerates(t: &DeviceToleration, taint: &DeviceTaint) -> bool {
+    matches(
+        Fields::new(
+            t.key.as_deref(),
+            t.operator.as_deref(),
+            t.value.as_deref(),
+            t.effect.as_deref(),
+        ),
+        Fields::new(
+            Some(&taint.key),
+            None,
+            taint.value.as_deref(),
+            Some(&taint.effect),
+        ),
+    )
 }
 
 /// Whether every taint that keeps the device from being allocated is

@@ -211,3 +211,71 @@ fn cordons_taints_aborts_and_generated_claims_are_heeded() {
     let cordoned = placed[1].outcome.as_ref().map(|(n, _)| n.as_str());
     assert_eq!(cordoned, Ok("n4"), "n3's NIC went to job-a-0");
 }
+
+/// A PodGroup's pods: the group's claim made from a template (when a pod's
+/// entry equals the group's), one per pod otherwise.
+fn group_job(name: &str, pod_entry_template: &str) -> Vec<Value> {
+    let mut objects = vec![
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "partition-for-2", "namespace": "default"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "partition", "exactly": {
+                "deviceClassName": "fabric", "capacity": {"requests": {"nodes": "2"}}}}]}}}}),
+        json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "resourceClaims": [
+                {"name": "fabric", "resourceClaimTemplateName": "partition-for-2"}]}}),
+    ];
+    for i in 0..2 {
+        objects.push(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{name}-{i}"), "namespace": "default"},
+            "spec": {"containers": [{"name": "main"}], "schedulingGroup": {"podGroupName": name},
+                "resourceClaims": [
+                {"name": "fabric", "resourceClaimTemplateName": pod_entry_template},
+                {"name": "nic", "resourceClaimTemplateName": "one-nic"}]}}));
+    }
+    objects
+}
+
+#[test]
+fn a_pod_groups_template_claim_is_one_claim_for_all_its_pods() {
+    let mut objects = cluster();
+    objects.extend(group_job("job-g", "partition-for-2"));
+    let placed = place(objects);
+    let (_, g0) = placed[0].outcome.as_ref().unwrap();
+    let (_, g1) = placed[1].outcome.as_ref().unwrap();
+    assert_eq!(g0[0].metadata.name.as_deref(), Some("job-g-fabric"));
+    assert_eq!(g0[0], g1[0], "the group's claim, allocated once");
+    assert_eq!(
+        (node_of(&placed[0]), node_of(&placed[1])),
+        ("n1", "n2"),
+        "both in pod-a"
+    );
+    assert_ne!(g0[1].metadata.name, g1[1].metadata.name, "a NIC claim each");
+}
+
+#[test]
+fn a_pod_entry_unlike_its_groups_gets_a_claim_of_its_own() {
+    // The resource-claim controller makes a per-pod claim when the pod's
+    // entry differs from the group's: each pod then takes a partition.
+    let mut objects = cluster();
+    let mut job = group_job("job-g", "other-template");
+    job.push(
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "other-template", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "partition", "exactly": {
+            "deviceClassName": "fabric", "capacity": {"requests": {"nodes": "2"}}}}]}}}}),
+    );
+    objects.extend(job);
+    let placed = place(objects);
+    let names: Vec<_> = (placed.iter())
+        .map(|p| {
+            p.outcome.as_ref().unwrap().1[0]
+                .metadata
+                .name
+                .clone()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(names, ["job-g-0-fabric", "job-g-1-fabric"]);
+    assert_eq!((node_of(&placed[0]), node_of(&placed[1])), ("n1", "n3"));
+}

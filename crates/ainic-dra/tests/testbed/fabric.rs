@@ -27,11 +27,9 @@ use k8s_openapi::api::resource::v1::{
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use testkit::testbed::{Testbed, UpOptions, Version, cluster, wait};
+use testkit::testbed::{UpOptions, Version, cluster, wait};
 
-use crate::support::{
-    DRIVER, NodeAgent, expected_slices, helm_install, published, start_controller,
-};
+use crate::support::{DRIVER, NodeAgent, expected_slices, own_bed, published, start_controller};
 
 const NAMESPACE: &str = "jobs";
 const X: [&str; 2] = ["fab-x1", "fab-x2"];
@@ -147,14 +145,8 @@ async fn run_job(pods: &Api<Pod>, claims: &Api<ResourceClaim>, job: &str) -> Vec
     nodes
 }
 
-/// What `simulate` predicts for jobs a, b and c, from the Nodes, slices
-/// and classes the API server holds now: each pod's partition, or `None`
-/// when it stays pending.
-async fn simulated(
-    client: &kube::Client,
-    dir: &std::path::Path,
-) -> BTreeMap<String, Option<&'static str>> {
-    std::fs::create_dir_all(dir).unwrap();
+/// The Nodes, slices and classes the API server holds now.
+async fn cluster_objects(client: &kube::Client) -> Vec<serde_json::Value> {
     let lp = ListParams::default();
     let nodes = Api::<Node>::all(client.clone())
         .list(&lp)
@@ -175,6 +167,45 @@ async fn simulated(
     objects.extend(nodes.iter().map(|o| json!(o)));
     objects.extend(slices.iter().map(|o| json!(o)));
     objects.extend(classes.iter().map(|o| json!(o)));
+    objects
+}
+
+/// `ainic-dra simulate` placing the pods of `objects`: its exit status
+/// and each pod's node (`None`: pending).
+fn simulate(
+    objects: &[serde_json::Value],
+    dir: &std::path::Path,
+) -> (Option<i32>, BTreeMap<String, Option<String>>) {
+    std::fs::create_dir_all(dir).unwrap();
+    let input = dir.join("objects.json");
+    std::fs::write(&input, serde_json::to_vec(objects).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let report: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let placed = (report.iter())
+        .map(|p| {
+            let pod = p["pod"].as_str().unwrap();
+            let pod = pod
+                .rsplit_once('/')
+                .map_or(pod, |(_, name)| name)
+                .to_string();
+            (pod, p["node"].as_str().map(str::to_string))
+        })
+        .collect();
+    (out.status.code(), placed)
+}
+
+/// What `simulate` predicts for jobs a, b and c, from what the API server
+/// holds now: each pod's partition, or `None` when it stays pending.
+async fn simulated(
+    client: &kube::Client,
+    dir: &std::path::Path,
+) -> BTreeMap<String, Option<&'static str>> {
+    let mut objects = cluster_objects(client).await;
     objects.extend(example("job-a"));
     for job in ["job-b", "job-c"] {
         objects.extend(
@@ -183,26 +214,10 @@ async fn simulated(
                 .filter(|o| o["kind"] != "ResourceClaimTemplate"),
         );
     }
-    let input = dir.join("objects.json");
-    std::fs::write(&input, serde_json::to_vec(&objects).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args(["simulate", "-o", "json", "-f"])
-        .arg(&input)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{stderr}");
-    let report: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    report
-        .iter()
-        .map(|p| {
-            let pod = p["pod"]
-                .as_str()
-                .unwrap()
-                .trim_start_matches("default/")
-                .to_string();
-            (pod, p["node"].as_str().map(partition_of))
-        })
+    let (code, placed) = simulate(&objects, dir);
+    assert_eq!(code, Some(3), "job-c cannot be placed");
+    (placed.into_iter())
+        .map(|(pod, node)| (pod, node.as_deref().map(partition_of)))
         .collect()
 }
 
@@ -212,17 +227,11 @@ fn partition_of(node: &str) -> &'static str {
 
 #[tokio::test]
 async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
-    let bed: &'static Testbed = Box::leak(Box::new(
-        tokio::task::spawn_blocking(|| {
-            Testbed::up(&UpOptions {
-                version: Some(Version::V1_37),
-                ..UpOptions::default()
-            })
-        })
-        .await
-        .unwrap(),
-    ));
-    helm_install(bed).await;
+    let bed = own_bed(UpOptions {
+        version: Some(Version::V1_37),
+        ..UpOptions::default()
+    })
+    .await;
     let client = bed.client().await;
     cluster::namespace(&client, NAMESPACE).await;
     let mut agents = Vec::new();
@@ -370,4 +379,118 @@ async fn a_jobs_pods_land_in_one_partition_without_naming_it() {
         }
     }
     assert_eq!(partition_slices(&client).await.len(), 2, "slices kept");
+}
+
+/// The PodGroup variant (examples/fabric-job/podgroup.yaml), on a 1.37
+/// control plane of its own with GenericWorkload and
+/// DRAWorkloadResourceClaims on: partition pg-x has two nodes, pg-y one,
+/// and a gang of two whose PodGroup owns the partition claim lands wholly
+/// in pg-x, its one claim reserved for the group.
+#[tokio::test]
+async fn a_pod_groups_claim_keeps_its_gang_in_one_partition() {
+    use kube::api::{ApiResource, DynamicObject};
+    let bed = own_bed(UpOptions {
+        version: Some(Version::V1_37),
+        feature_gates: Some("GenericWorkload=true,DRAWorkloadResourceClaims=true".into()),
+        runtime_config: Some("scheduling.k8s.io/v1beta1=true".into()),
+        ..UpOptions::default()
+    })
+    .await;
+    let client = bed.client().await;
+    cluster::namespace(&client, NAMESPACE).await;
+    let mut agents = Vec::new();
+    for (node, fabric) in [("pg-x1", "pg-x"), ("pg-x2", "pg-x"), ("pg-y1", "pg-y")] {
+        let labels = BTreeMap::from([(format!("{DRIVER}/fabric"), fabric.to_string())]);
+        agents.push(NodeAgent::start(bed, node, "mi300x-8gpu-8nic", &labels, &[]).await);
+    }
+    let count = expected_slices("mi300x-8gpu-8nic", "n", &[]).len();
+    for agent in &agents {
+        published(&client, agent, count).await;
+    }
+    let log = bed.dir().join("controller.log");
+    let _controller = start_controller(bed, &log).await;
+    wait_partitions(&client, &[("fabric/pg-x", 2), ("fabric/pg-y", 1)], &log).await;
+
+    let path = testkit::testbed::repo_root().join("examples/fabric-job/podgroup.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let objects: Vec<serde_json::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), NAMESPACE);
+    for template in of_kind::<ResourceClaimTemplate>(&objects, "ResourceClaimTemplate") {
+        templates
+            .create(&PostParams::default(), &template)
+            .await
+            .unwrap();
+    }
+    // Pods and the PodGroup as sent (the typed Pod may lack schedulingGroup).
+    let group = kube::core::GroupVersionKind::gvk("scheduling.k8s.io", "v1beta1", "PodGroup");
+    let groups: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NAMESPACE, &ApiResource::from_gvk(&group));
+    let raw_pods: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NAMESPACE, &ApiResource::erase::<Pod>(&()));
+    for object in &objects {
+        let api = match object["kind"].as_str() {
+            Some("PodGroup") => &groups,
+            Some("Pod") => &raw_pods,
+            _ => continue,
+        };
+        let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut nodes = Vec::new();
+    for name in ["job-g-0", "job-g-1"] {
+        let node = wait::until(&format!("pod {name} bound"), wait::DEADLINE, || async {
+            placement(&pods, name).await
+        })
+        .await;
+        nodes.push(node);
+    }
+    assert!(
+        nodes.iter().all(|n| n.starts_with("pg-x")),
+        "the gang went to {nodes:?}"
+    );
+
+    // One claim for the group, reserved for the PodGroup, pinned to pg-x.
+    let mut fabric_claims = Vec::new();
+    for name in ["job-g-0", "job-g-1"] {
+        let status = pods.get(name).await.unwrap().status.unwrap();
+        let claim = (status
+            .resource_claim_statuses
+            .unwrap_or_default()
+            .into_iter())
+        .find(|s| s.name == "fabric")
+        .and_then(|s| s.resource_claim_name)
+        .expect("the pod names its fabric claim");
+        fabric_claims.push(claim);
+    }
+    assert_eq!(
+        fabric_claims[0], fabric_claims[1],
+        "one claim for the group"
+    );
+    assert!(
+        fabric_claims[0].starts_with("job-g-fabric-"),
+        "{fabric_claims:?}"
+    );
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    let claim = claims.get(&fabric_claims[0]).await.unwrap();
+    let status = claim.status.unwrap();
+    let reserved: Vec<(String, String, String)> =
+        (status.reserved_for.unwrap_or_default().into_iter())
+            .map(|r| (r.api_group.unwrap_or_default(), r.resource, r.name))
+            .collect();
+    assert_eq!(
+        reserved,
+        [(
+            "scheduling.k8s.io".to_string(),
+            "podgroups".to_string(),
+            "job-g".to_string()
+        )]
+    );
+    let selector = serde_json::to_string(&status.allocation.unwrap().node_selector).unwrap();
+    assert!(
+        selector.contains(LABEL_PARTITION) && selector.contains("\"pg-x\""),
+        "{selector}"
+    );
 }

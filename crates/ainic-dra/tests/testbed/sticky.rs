@@ -17,11 +17,9 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use testkit::testbed::{Testbed, UpOptions, Version, cluster, wait};
+use testkit::testbed::{UpOptions, Version, cluster, wait};
 
-use crate::support::{
-    DRIVER, NodeAgent, expected_slices, helm_install, published, start_controller,
-};
+use crate::support::{DRIVER, NodeAgent, expected_slices, own_bed, published, start_controller};
 
 const NODE: &str = "stk-1";
 const GROUP_LABEL: &str = "testbed.ainic.amd.com/group";
@@ -121,16 +119,11 @@ async fn bound_labels(client: &Client) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn two_tenants_asking_at_once_never_share_a_pf() {
-    let bed = tokio::task::spawn_blocking(|| {
-        Testbed::up(&UpOptions {
-            version: Some(Version::V1_37),
-            ..UpOptions::default()
-        })
+    let bed = own_bed(UpOptions {
+        version: Some(Version::V1_37),
+        ..UpOptions::default()
     })
-    .await
-    .unwrap();
-    let bed: &'static Testbed = Box::leak(Box::new(bed));
-    helm_install(bed).await;
+    .await;
     let client = bed.client().await;
     let flags = ["--shared-pfs", SHARED, "--sticky-tenants"];
     let labels = BTreeMap::from([(GROUP_LABEL.to_string(), "sticky".to_string())]);

@@ -78,6 +78,17 @@ pub async fn helm_install(bed: &Testbed) {
     }
 }
 
+/// A control plane of the test's own, started with `options`, with the
+/// chart installed; it lives as long as the test process.
+pub async fn own_bed(options: testbed::UpOptions) -> &'static Testbed {
+    let bed = tokio::task::spawn_blocking(move || Testbed::up(&options))
+        .await
+        .unwrap();
+    let bed: &'static Testbed = Box::leak(Box::new(bed));
+    helm_install(bed).await;
+    bed
+}
+
 /// Waits until the API server enforces the chart's admission policies:
 /// it loads them a moment after they are created. The probe is a claim in
 /// the chart's (tenantless) namespace naming a tenant's class.
