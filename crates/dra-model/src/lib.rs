@@ -21,6 +21,7 @@ pub mod fabric;
 pub mod gates;
 mod index;
 pub mod names;
+pub mod netdev;
 pub mod nic_config;
 pub mod partitions;
 pub mod plan;

@@ -22,6 +22,7 @@ pub mod follow;
 pub mod health;
 pub mod http;
 pub mod metadata;
+pub mod netdev;
 pub mod plugin;
 pub mod publisher;
 pub mod server_version;

@@ -1,0 +1,278 @@
+//! Settings of exclusive netdev mode: what the NIC's netdev looks like once
+//! it is moved into a pod's network namespace (name, MTU, addresses,
+//! routes), checked at prepare so that the pod-sandbox hook only moves.
+//!
+//! Written as the `netdev` object of a NicConfig:
+//!
+//! ```yaml
+//! netdev:
+//!   interfaceName: net1          # default: the host's name
+//!   mtu: 9000                    # default: the host's
+//!   addresses: [10.10.0.2/24]    # default: the host's addresses
+//!   routes:
+//!   - destination: 10.20.0.0/16
+//!     gateway: 10.10.0.1         # none: a route on the link
+//! ```
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The `netdev` object as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetdevSettings {
+    /// Name inside the pod.
+    pub interface_name: Option<String>,
+    /// MTU inside the pod.
+    pub mtu: Option<u32>,
+    /// Addresses in CIDR form; unset keeps the host's.
+    pub addresses: Option<Vec<String>>,
+    /// Routes to add inside the pod.
+    #[serde(default)]
+    pub routes: Vec<RouteSettings>,
+}
+
+/// One route as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteSettings {
+    /// Destination in CIDR form (`0.0.0.0/0` for a default route).
+    pub destination: String,
+    /// Next hop; none for a route on the link.
+    pub gateway: Option<String>,
+}
+
+/// An address with its prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Cidr {
+    /// The address.
+    pub address: IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.address, self.prefix)
+    }
+}
+
+/// A checked route.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// Destination network.
+    pub destination: Cidr,
+    /// Next hop, of the destination's family.
+    pub gateway: Option<IpAddr>,
+}
+
+/// What the hook applies: every value checked and resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetdevPlan {
+    /// Name inside the pod.
+    pub name: String,
+    /// MTU inside the pod; `None` keeps the host's.
+    pub mtu: Option<u32>,
+    /// Addresses inside the pod; `None` keeps the host's.
+    pub addresses: Option<Vec<Cidr>>,
+    /// Routes inside the pod.
+    pub routes: Vec<Route>,
+}
+
+/// Why settings cannot be used; names the field and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("netdev.{field}: {message}")]
+pub struct NetdevError {
+    /// The field path under `netdev`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+fn error(field: impl Into<String>, message: impl Into<String>) -> NetdevError {
+    NetdevError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Parses `a.b.c.d/n` or `x::y/n`.
+pub fn parse_cidr(text: &str) -> Result<Cidr, String> {
+    let (address, prefix) = text
+        .split_once('/')
+        .ok_or_else(|| format!("{text:?} is not in CIDR form (address/prefix)"))?;
+    let address: IpAddr = address
+        .parse()
+        .map_err(|_| format!("{text:?}: {address:?} is not an IP address"))?;
+    let max = if address.is_ipv4() { 32 } else { 128 };
+    let prefix: u8 = prefix
+        .parse()
+        .ok()
+        .filter(|p| *p <= max)
+        .ok_or_else(|| format!("{text:?}: the prefix must be 0 to {max}"))?;
+    Ok(Cidr { address, prefix })
+}
+
+/// Linux interface names: 1 to 15 bytes, no `/`, `:` or whitespace, not
+/// `.` or `..`.
+fn check_name(name: &str) -> Result<(), String> {
+    let bad = name.is_empty()
+        || name.len() > 15
+        || name == "."
+        || name == ".."
+        || name
+            .chars()
+            .any(|c| c == '/' || c == ':' || c.is_whitespace() || c.is_control());
+    if bad {
+        return Err(format!(
+            "{name:?} is not an interface name (1 to 15 bytes, no '/', ':' or spaces)"
+        ));
+    }
+    Ok(())
+}
+
+impl NetdevSettings {
+    /// Checks the settings for the NIC whose host interface is `host_name`.
+    pub fn plan(&self, host_name: &str) -> Result<NetdevPlan, NetdevError> {
+        let name = self
+            .interface_name
+            .clone()
+            .unwrap_or_else(|| host_name.to_string());
+        check_name(&name).map_err(|m| error("interfaceName", m))?;
+        if let Some(mtu) = self.mtu.filter(|m| !(68..=65535).contains(m)) {
+            return Err(error("mtu", format!("{mtu} is outside 68 to 65535")));
+        }
+        let addresses = match &self.addresses {
+            None => None,
+            Some(list) => Some(
+                (list.iter().enumerate())
+                    .map(|(i, a)| parse_cidr(a).map_err(|m| error(format!("addresses[{i}]"), m)))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        if let (Some(mtu), Some(list)) = (self.mtu, &addresses)
+            && mtu < 1280
+            && list.iter().any(|c| c.address.is_ipv6())
+        {
+            return Err(error(
+                "mtu",
+                format!("{mtu} is below 1280, the least IPv6 needs"),
+            ));
+        }
+        let routes = (self.routes.iter().enumerate())
+            .map(|(i, r)| route(r).map_err(|(f, m)| error(format!("routes[{i}].{f}"), m)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(NetdevPlan {
+            name,
+            mtu: self.mtu,
+            addresses,
+            routes,
+        })
+    }
+}
+
+fn route(r: &RouteSettings) -> Result<Route, (&'static str, String)> {
+    let destination = parse_cidr(&r.destination).map_err(|m| ("destination", m))?;
+    let gateway = match &r.gateway {
+        None => None,
+        Some(g) => {
+            let ip: IpAddr = g
+                .parse()
+                .map_err(|_| ("gateway", format!("{g:?} is not an IP address")))?;
+            if ip.is_ipv4() != destination.address.is_ipv4() {
+                return Err((
+                    "gateway",
+                    format!("{g} is not of the family of {}", r.destination),
+                ));
+            }
+            Some(ip)
+        }
+    };
+    Ok(Route {
+        destination,
+        gateway,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(yaml: &str) -> NetdevSettings {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn a_full_plan_is_resolved() {
+        let plan = settings(
+            "interfaceName: net1\nmtu: 9000\naddresses: [10.10.0.2/24, fd00::2/64]\nroutes:\n- {destination: 10.20.0.0/16, gateway: 10.10.0.1}\n- {destination: 0.0.0.0/0}\n",
+        )
+        .plan("enp4s0")
+        .unwrap();
+        assert_eq!(plan.name, "net1");
+        assert_eq!(plan.mtu, Some(9000));
+        let addresses: Vec<String> = plan
+            .addresses
+            .unwrap()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(addresses, ["10.10.0.2/24", "fd00::2/64"]);
+        assert_eq!(plan.routes[0].gateway, Some("10.10.0.1".parse().unwrap()));
+        assert_eq!(plan.routes[1].destination.prefix, 0);
+    }
+
+    #[test]
+    fn unset_fields_keep_the_hosts() {
+        let plan = NetdevSettings::default().plan("enp4s0").unwrap();
+        assert_eq!(
+            (plan.name.as_str(), plan.mtu, plan.addresses),
+            ("enp4s0", None, None)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field_and_the_value() {
+        let cases = [
+            (
+                "interfaceName: a-name-longer-than-15",
+                "netdev.interfaceName",
+                "a-name-longer-than-15",
+            ),
+            ("interfaceName: 'eth:0'", "netdev.interfaceName", "eth:0"),
+            ("mtu: 20", "netdev.mtu", "20"),
+            ("mtu: 1200\naddresses: [fd00::1/64]", "netdev.mtu", "1280"),
+            ("addresses: [10.0.0.1]", "netdev.addresses[0]", "CIDR"),
+            (
+                "addresses: [10.0.0.1/24, 10.0.0.300/24]",
+                "netdev.addresses[1]",
+                "10.0.0.300",
+            ),
+            ("addresses: [10.0.0.1/33]", "netdev.addresses[0]", "0 to 32"),
+            (
+                "routes: [{destination: 10.1.0.0/16, gateway: 'fd00::1'}]",
+                "netdev.routes[0].gateway",
+                "family",
+            ),
+            (
+                "routes: [{destination: nowhere}]",
+                "netdev.routes[0].destination",
+                "nowhere",
+            ),
+        ];
+        for (yaml, field, says) in cases {
+            let err = settings(yaml).plan("enp4s0").unwrap_err().to_string();
+            assert!(
+                err.starts_with(field) && err.contains(says),
+                "{yaml}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = serde_yaml_ng::from_str::<NetdevSettings>("mtuu: 9000").unwrap_err();
+        assert!(err.to_string().contains("mtuu"), "{err}");
+    }
+}
