@@ -269,17 +269,27 @@ fn needs(
             // The name the resource-claim controller would give, less its
             // random suffix: the group's when the pod's PodGroup makes the
             // claim for all its pods, else the pod's.
-            let owner = group_of(scenario, pod, entry).unwrap_or(&pod_name);
-            let name = format!("{owner}-{}", entry.name);
-            let wanted = (namespace.clone(), name.clone());
-            if let Some(claim) = held.iter().find(|c| key(&c.metadata) == wanted) {
+            let group = group_of(scenario, pod, entry);
+            let owner = group.unwrap_or(&pod_name);
+            // A group's claim made for an earlier pod of the group, known
+            // by the uid given below (names can clash: pod `a` entry `b-x`
+            // and pod `a-b` entry `x`).
+            let uid = format!(
+                "{namespace}/{}/{owner}/{}",
+                if group.is_some() { "group" } else { "pod" },
+                entry.name
+            );
+            let made = held
+                .iter()
+                .find(|c| c.metadata.uid.as_deref() == Some(&uid));
+            if let Some(claim) = made.filter(|_| group.is_some()) {
                 needs.push(Need::Held(claim.clone()));
                 continue;
             }
             let mut claim = claim_from_template(found.clone());
-            claim.metadata.name = Some(name);
+            claim.metadata.name = Some(format!("{owner}-{}", entry.name));
             claim.metadata.namespace = Some(namespace.clone());
-            claim.metadata.uid = Some(format!("{namespace}/{owner}/{}", entry.name));
+            claim.metadata.uid = Some(uid);
             needs.push(Need::Pending(claim));
         } else {
             return Err(format!(

@@ -279,3 +279,24 @@ fn a_pod_entry_unlike_its_groups_gets_a_claim_of_its_own() {
     assert_eq!(names, ["job-g-0-fabric", "job-g-1-fabric"]);
     assert_eq!((node_of(&placed[0]), node_of(&placed[1])), ("n1", "n3"));
 }
+
+#[test]
+fn a_pod_named_like_a_groups_claim_gets_a_claim_of_its_own() {
+    // Pod "job"'s entry "g-fabric" gets a claim called job-g-fabric, as
+    // the group's is: it must not take the group's partition claim.
+    let mut objects = cluster();
+    objects.extend(group_job("job-g", "partition-for-2"));
+    objects.push(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "job", "namespace": "default"},
+        "spec": {"containers": [{"name": "main"}], "resourceClaims": [
+            {"name": "g-fabric", "resourceClaimTemplateName": "partition-for-2"}]}}));
+    let placed = place(objects);
+    let (_, own) = placed[2].outcome.as_ref().unwrap();
+    let group_claim = &placed[0].outcome.as_ref().unwrap().1[0];
+    assert_eq!(own[0].metadata.name, group_claim.metadata.name, "same name");
+    assert_ne!(
+        own[0].metadata.uid, group_claim.metadata.uid,
+        "not the same claim"
+    );
+    assert_eq!(node_of(&placed[2]), "n3", "a partition of its own");
+}

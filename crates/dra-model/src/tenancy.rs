@@ -19,8 +19,10 @@
 //! the PF's `tenant` attribute: the PF leaves the shared class `ainic-shared`
 //! for `ainic-shared-<tenant>`. The label goes when no claim holds the PF.
 //!
-//! A claim's tenant is its namespace's tenant label, or else the namespace
-//! itself. This module decides; the controller reads and writes.
+//! A claim's tenant is its namespace's tenant label ([`tenant_identity`]),
+//! or else the namespace itself under a name no label can give
+//! (`ns.<namespace>`). This module decides; the controller reads and
+//! writes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -89,6 +91,26 @@ pub struct Plan {
     /// PFs already held by claims of more than one tenant (a binding made
     /// before this controller, or by hand); logged.
     pub violations: Vec<String>,
+}
+
+/// The tenant of a claim in `namespace` whose tenant label is `label`: the
+/// label when it is a DNS label (what tenant names are), else the
+/// namespace as a tenant of its own, `ns.<namespace>` — a name with a dot,
+/// which no tenant name has, so an unlabelled namespace called like a
+/// tenant is not that tenant. Kept to 63 characters (a label value) by
+/// hashing long namespace names.
+pub fn tenant_identity(namespace: &str, label: Option<&str>) -> String {
+    if let Some(tenant) = label.filter(|t| crate::validate::format::is_dns_label(t)) {
+        return tenant.to_string();
+    }
+    let own = format!("ns.{namespace}");
+    if own.len() <= 63 {
+        return own;
+    }
+    let hash = namespace.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("ns.{}-{:08x}", &namespace[..50], hash as u32)
 }
 
 /// The label key of `device`'s binding.
@@ -169,6 +191,43 @@ fn sticky_shares(claim: &ResourceClaim, driver: &str) -> Vec<(Share, State)> {
         .collect()
 }
 
+/// The PFs of `driver` that `claim` holds shares of without binding
+/// conditions.
+fn unconditioned<'c>(
+    claim: &'c ResourceClaim,
+    driver: &'c str,
+) -> impl Iterator<Item = StickyPf> + 'c {
+    let results = (claim.status.as_ref())
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_deref())
+        .unwrap_or_default();
+    (results.iter())
+        .filter(move |r| {
+            r.driver == driver && r.binding_conditions.as_ref().is_none_or(|c| c.is_empty())
+        })
+        .map(|r| StickyPf {
+            pool: r.pool.clone(),
+            device: r.device.clone(),
+        })
+}
+
+/// What `claim`'s status answers now for each of its sticky shares
+/// (`None`: not yet): what the controller checks right before it writes,
+/// so that an answer is never turned into another.
+pub fn answered(claim: &ResourceClaim, driver: &str) -> Vec<(Share, Option<Answer>)> {
+    (sticky_shares(claim, driver).into_iter())
+        .map(|(share, state)| {
+            let answer = match state {
+                State::Pending => None,
+                State::Bound => Some(Answer::Bound),
+                State::Conflict(why) => Some(Answer::Conflict(why)),
+            };
+            (share, answer)
+        })
+        .collect()
+}
+
 /// The bindings the nodes' labels record, by PF.
 fn labelled(
     nodes: &BTreeMap<String, BTreeMap<String, String>>,
@@ -228,6 +287,23 @@ pub fn plan(
         }
         if shares.iter().any(|(_, s)| *s == State::Pending) {
             pending.push((claim, tenant, shares));
+        }
+    }
+    // Shares allocated without binding conditions (before the agent
+    // published them: the gate turned on by an upgrade, --sticky-tenants
+    // turned on, a configured tenant removed) hold a sticky PF too.
+    let sticky: BTreeSet<StickyPf> = (holders.keys().cloned())
+        .chain(labels.keys().cloned())
+        .chain(
+            pending
+                .iter()
+                .flat_map(|(_, _, shares)| shares.iter().map(|(s, _)| s.pf.clone())),
+        )
+        .collect();
+    for claim in claims {
+        let tenant = tenant_of(claim.metadata.namespace.as_deref().unwrap_or_default());
+        for pf in unconditioned(claim, driver).filter(|pf| sticky.contains(pf)) {
+            holders.entry(pf).or_default().insert(tenant.clone());
         }
     }
     for (pf, tenants) in &holders {

@@ -118,9 +118,12 @@ impl Reconciler {
         let ours: Vec<ResourceSlice> = (all.into_iter())
             .filter(|s| s.spec.node_name.is_none() && s.spec.pool.name.starts_with(POOL_PREFIX))
             .collect();
-        pass.slices = self.write_slices(&desired, &ours).await?;
+        let slices = self.write_slices(&desired, &ours).await;
         pass.events = self.tell_unfit(&found, &claims).await;
+        // Pods wait on the tenant answers: a failed slice write must not
+        // hold them back.
         pass.tenant_writes = self.bind_tenants(&claims, &node_labels).await?;
+        pass.slices = slices?;
         Ok(pass)
     }
 

@@ -38,7 +38,7 @@ impl Reconciler {
         }
         let tenants = self.namespace_tenants().await?;
         let tenant_of = |namespace: &str| {
-            (tenants.get(namespace).cloned()).unwrap_or_else(|| namespace.to_string())
+            tenancy::tenant_identity(namespace, tenants.get(namespace).map(String::as_str))
         };
         let plan = tenancy::plan(claims, node_labels, &tenant_of, &self.driver);
         for violation in &plan.violations {
@@ -64,10 +64,7 @@ impl Reconciler {
             if waits {
                 continue;
             }
-            let claim = claims
-                .iter()
-                .find(|c| c.metadata.uid.as_deref() == Some(&answer.uid));
-            match self.write_answer(answer, claim).await {
+            match self.write_answer(answer).await {
                 Ok(()) => writes += 1,
                 Err(error) => {
                     tracing::warn!(claim = %answer.name, namespace = %answer.namespace, %error, "cannot answer the claim's tenant binding; trying again at the next pass")
@@ -77,19 +74,28 @@ impl Reconciler {
         Ok(writes)
     }
 
-    /// Each labelled namespace's tenant.
+    /// The tenant label of each labelled namespace.
     async fn namespace_tenants(&self) -> Result<BTreeMap<String, String>, PassError> {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());
         let params = ListParams::default().labels(&self.tenant_label);
         let list = namespaces.list_metadata(&params).await;
         let list = list.map_err(failed("list namespaces"))?.items;
-        Ok(list
-            .into_iter()
-            .filter_map(|ns| {
-                let tenant = ns.metadata.labels?.remove(&self.tenant_label)?;
-                Some((ns.metadata.name?, tenant))
-            })
-            .collect())
+        let mut out = BTreeMap::new();
+        for ns in list {
+            let name = ns.metadata.name.unwrap_or_default();
+            let Some(tenant) = ns
+                .metadata
+                .labels
+                .and_then(|mut l| l.remove(&self.tenant_label))
+            else {
+                continue;
+            };
+            if !dra_model::validate::format::is_dns_label(&tenant) {
+                tracing::warn!(namespace = %name, label = %self.tenant_label, value = %tenant, "tenant label is not a DNS label; the namespace is a tenant of its own");
+            }
+            out.insert(name, tenant);
+        }
+        Ok(out)
     }
 
     async fn write_label(&self, change: &LabelChange) -> Result<(), kube::Error> {
@@ -101,11 +107,23 @@ impl Reconciler {
         done.map(|_| ())
     }
 
-    async fn write_answer(
-        &self,
-        answer: &ClaimAnswer,
-        claim: Option<&ResourceClaim>,
-    ) -> Result<(), kube::Error> {
+    async fn write_answer(&self, answer: &ClaimAnswer) -> Result<(), kube::Error> {
+        // Read the claim again right before writing: an answer made from
+        // an older list (a replica that led before) is never changed.
+        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &answer.namespace);
+        let fresh = api.get(&answer.name).await?;
+        if fresh.metadata.uid.as_deref() != Some(&answer.uid) {
+            return Ok(());
+        }
+        let now_answered = tenancy::answered(&fresh, &self.driver);
+        let changes = answer.shares.iter().any(|(share, a)| {
+            (now_answered.iter()).any(|(s, was)| s == share && was.as_ref().is_some_and(|w| w != a))
+        });
+        if changes {
+            tracing::warn!(claim = %answer.name, namespace = %answer.namespace, "the claim was answered meanwhile; leaving it");
+            return Ok(());
+        }
+        let claim = Some(&fresh);
         let now = k8s_openapi::jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
@@ -118,7 +136,8 @@ impl Reconciler {
                     }
                 };
                 let kind = names::qualified(&self.driver, kind);
-                let since = transition_time(claim, share, &kind).unwrap_or_else(|| now.clone());
+                let since = transition_time(claim, &self.driver, share, &kind)
+                    .unwrap_or_else(|| now.clone());
                 json!({"driver": self.driver, "pool": share.pf.pool, "device": share.pf.device,
                        "shareID": share.share_id,
                        "conditions": [{"type": kind, "status": "True", "reason": reason,
@@ -131,7 +150,6 @@ impl Reconciler {
             name: answer.name.clone(),
         };
         let manager = format!("{}/tenant-binding", self.driver);
-        let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &answer.namespace);
         api.patch_status(
             &answer.name,
             &PatchParams::apply(&manager).force(),
@@ -146,12 +164,16 @@ impl Reconciler {
 /// When the condition `kind` of `share` last turned true, if it is already.
 fn transition_time(
     claim: Option<&ResourceClaim>,
+    driver: &str,
     share: &tenancy::Share,
     kind: &str,
 ) -> Option<String> {
     let devices = claim?.status.as_ref()?.devices.as_ref()?;
     let entry = devices.iter().find(|d| {
-        d.pool == share.pf.pool && d.device == share.pf.device && d.share_id == share.share_id
+        d.driver == driver
+            && d.pool == share.pf.pool
+            && d.device == share.pf.device
+            && d.share_id == share.share_id
     })?;
     let condition = entry
         .conditions

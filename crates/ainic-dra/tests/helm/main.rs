@@ -672,4 +672,39 @@ fn tenant_classes_and_their_policy_follow_the_tenant_names() {
             .any(|r| r.object["metadata"]["name"] == "ainic-dra-tenant-classes"),
         "no tenant policy without tenants"
     );
+    // The policy judges creation only, and stays when the classes are
+    // made by hand (`ainic-dra deviceclasses --tenant`).
+    let rules = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rules["operations"], json!(["CREATE"]));
+    let by_hand = render(json!({"tenants": {"names": ["t1"]}, "deviceClasses": {"create": false}}));
+    assert!(
+        find(&by_hand, "ValidatingAdmissionPolicy")
+            .iter()
+            .any(|p| p["metadata"]["name"] == "ainic-dra-tenant-classes")
+    );
+}
+
+#[test]
+fn bad_tenant_values_fail_the_render_with_the_reason() {
+    let refused = |values: Value| {
+        helm::template(
+            &chart_dir(),
+            RELEASE.name,
+            RELEASE.namespace,
+            &values,
+            KUBE_VERSION,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    let quote = refused(json!({"tenants": {"names": ["team-a", "o'brien"]}}));
+    assert!(quote.contains("\"o'brien\" is not a DNS label"), "{quote}");
+    let twice = refused(json!({"tenants": {"names": ["team-a", "team-a"]}}));
+    assert!(twice.contains("named twice"), "{twice}");
+    let alone = refused(json!({"tenants": {"sticky": true}, "controller": {"enabled": false}}));
+    assert!(
+        alone.contains("tenants.sticky needs controller.enabled"),
+        "{alone}"
+    );
 }

@@ -206,3 +206,38 @@ fn a_second_answer_restates_the_first() {
     // The claim is being given back: its free share binds nothing.
     assert!(plan.labels.is_empty(), "{:?}", plan.labels);
 }
+
+#[test]
+fn shares_taken_before_the_pf_was_sticky_hold_it() {
+    // Tenant a's share predates the binding conditions (the gate came on
+    // with an upgrade): b's claim with conditions must not get the PF.
+    let mut legacy = claim("ns-a", "legacy", 1, &[(PF, "s1", None)]);
+    let results = (legacy.status.as_mut().unwrap().allocation.as_mut())
+        .and_then(|a| a.devices.as_mut())
+        .and_then(|d| d.results.as_mut())
+        .unwrap();
+    results[0].binding_conditions = None;
+    results[0].binding_failure_conditions = None;
+    let claims = [legacy, claim("ns-b", "new", 2, &[(PF, "s2", None)])];
+    let plan = plan(&claims, &nodes(&[]), &tenant, DRIVER);
+    assert!(
+        matches!(answers(&plan)[0].1[..], [Answer::Conflict(_)]),
+        "{plan:?}"
+    );
+    assert_eq!(
+        plan.labels[0].value.as_deref(),
+        Some("a"),
+        "the binding is recorded"
+    );
+}
+
+#[test]
+fn an_unlabelled_namespace_is_a_tenant_no_label_can_name() {
+    assert_eq!(tenant_identity("x", Some("team-b")), "team-b");
+    assert_eq!(tenant_identity("team-b", None), "ns.team-b");
+    assert_eq!(tenant_identity("team-c", Some("Not_A_Label")), "ns.team-c");
+    let long = "n".repeat(63);
+    let id = tenant_identity(&long, None);
+    assert!(id.len() <= 63 && id.starts_with("ns.nnnn"), "{id}");
+    assert_ne!(id, tenant_identity(&"n".repeat(62), None));
+}
