@@ -133,6 +133,12 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 impl NetdevSettings {
+    /// Checks the settings before the NIC is known (at prepare, for the
+    /// claim): everything but the default name, which is the host's.
+    pub fn check(&self) -> Result<(), NetdevError> {
+        self.plan("eth0").map(|_| ())
+    }
+
     /// Checks the settings for the NIC whose host interface is `host_name`.
     pub fn plan(&self, host_name: &str) -> Result<NetdevPlan, NetdevError> {
         let name = self

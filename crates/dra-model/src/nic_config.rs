@@ -35,7 +35,8 @@ pub enum AttachMode {
     #[default]
     Rdma,
     /// The netdev moves into the pod's network namespace. Reserved: the node
-    /// agent rejects it until it is implemented.
+    /// agent rejects it until the pod-sandbox hook is built (its settings,
+    /// `netdev:`, are checked already).
     Netdev,
 }
 
@@ -79,6 +80,10 @@ pub struct NicConfigObject {
     /// Give the subnet-management devices.
     #[serde(default)]
     pub issm: Option<bool>,
+    /// Exclusive netdev mode's settings ([`crate::netdev`]); checked here,
+    /// applied once that mode is built.
+    #[serde(default)]
+    pub netdev: Option<crate::netdev::NetdevSettings>,
 }
 
 /// Why a configuration could not be used.
@@ -103,6 +108,16 @@ pub enum NicConfigError {
         request: String,
         /// The field (`umad`, `issm`).
         field: &'static str,
+    },
+    /// The `netdev` settings are not usable.
+    #[error("{source_kind} config for request {request:?}: {error}")]
+    Netdev {
+        /// `FromClass` or `FromClaim`.
+        source_kind: String,
+        /// The request being configured.
+        request: String,
+        /// Which field and why (boxed: the error stays small).
+        error: Box<crate::netdev::NetdevError>,
     },
     /// `apiVersion` or `kind` is not the NicConfig one.
     #[error(
@@ -215,7 +230,42 @@ fn parse_entry(
             kind: object.kind,
         });
     }
+    if let Some(settings) = &object.netdev
+        && let Err(error) = settings.check()
+    {
+        return Err(NicConfigError::Netdev {
+            source_kind: source.to_string(),
+            request: request.to_string(),
+            error: Box::new(error),
+        });
+    }
     Ok(object)
+}
+
+#[cfg(test)]
+mod netdev_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn bad_netdev_settings_fail_with_the_field() {
+        let value = json!({"apiVersion": API_VERSION, "kind": KIND, "mode": "netdev",
+            "netdev": {"interfaceName": "net1", "addresses": ["10.0.0.1/40"]}});
+        let err = parse_entry(&value, SOURCE_CLAIM, "nic")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("request \"nic\"") && err.contains("netdev.addresses[0]"),
+            "{err}"
+        );
+        let typo = json!({"apiVersion": API_VERSION, "kind": KIND, "netdev": {"mtuu": 9000}});
+        let err = parse_entry(&typo, SOURCE_CLAIM, "nic")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mtuu"), "{err}");
+        let good = json!({"apiVersion": API_VERSION, "kind": KIND, "netdev": {"mtu": 9000}});
+        assert!(parse_entry(&good, SOURCE_CLAIM, "nic").is_ok());
+    }
 }
 
 #[cfg(test)]
