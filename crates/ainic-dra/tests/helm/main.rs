@@ -145,6 +145,8 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
             "ServiceAccount",
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
         ]
     );
@@ -535,7 +537,7 @@ fn standalone_admission_policy_equals_the_chart_one() {
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ] {
-        let chart = find(&objects, kind)[0];
+        let chart = named(&objects, kind, "-own-node-slices");
         let file = standalone.iter().find(|o| o["kind"] == kind).unwrap();
         objects::check_typed(file).unwrap();
         assert_eq!(
@@ -552,12 +554,17 @@ fn standalone_admission_policy_equals_the_chart_one() {
 #[test]
 fn the_admission_policy_is_bound_and_follows_the_service_account_name() {
     let objects = render(json!({}));
-    let policy = find(&objects, "ValidatingAdmissionPolicy")[0];
-    let binding = find(&objects, "ValidatingAdmissionPolicyBinding")[0];
+    let policy = named(&objects, "ValidatingAdmissionPolicy", "-own-node-slices");
+    let binding = named(
+        &objects,
+        "ValidatingAdmissionPolicyBinding",
+        "-own-node-slices",
+    );
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
     let condition = |objects: &[Rendered]| {
-        find(objects, "ValidatingAdmissionPolicy")[0]["spec"]["matchConditions"][0]["expression"]
+        named(objects, "ValidatingAdmissionPolicy", "-own-node-slices")["spec"]["matchConditions"]
+            [0]["expression"]
             .as_str()
             .unwrap()
             .to_string()

@@ -1,7 +1,8 @@
-//! The chart's ValidatingAdmissionPolicy and RBAC in the real API server:
-//! an agent holding its node-bound token writes its own node's slices and
-//! no other node's; a token bound to no node is refused; other users are
-//! not the policy's business.
+//! The chart's ValidatingAdmissionPolicies and RBAC in the real API
+//! server: an agent holding its node-bound token writes its own node's
+//! slices and no other node's; a token bound to no node is refused; the
+//! controller writes only its own `fabric/*` pools of our driver; other
+//! users are not the policies' business.
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
-use testkit::testbed::{Testbed, Version, client_from, cluster};
+use testkit::testbed::{Testbed, Version, client_from, cluster, wait};
 
 use crate::support::{ACCOUNT, DRIVER, NAMESPACE, install_chart};
 
@@ -153,4 +154,98 @@ async fn a_token_bound_to_no_node_is_refused() {
     )
     .expect("a token without a node is refused");
     assert!(refused.contains("names no node"), "{refused}");
+}
+
+/// A slice in the controller's pools (no node), as it publishes them.
+fn partition_slice(pool: &str, driver: &str) -> ResourceSlice {
+    serde_json::from_value(json!({"metadata": {"name": pool.replace('/', "-")},
+        "spec": {"driver": driver, "allNodes": true,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1}}}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_controller_writes_only_its_own_pools() {
+    let bed = Testbed::shared(Version::V1_37);
+    install_chart(bed).await;
+    let admin = bed.client().await;
+    let account = format!("{}-controller", crate::support::RELEASE);
+    let token = cluster::account_token(&admin, NAMESPACE, &account).await;
+    let controller = client_from(&bed.write_kubeconfig("adm-controller", &account, &token)).await;
+    let slices: Api<ResourceSlice> = Api::all(controller);
+    let admin_slices: Api<ResourceSlice> = Api::all(admin.clone());
+    let pp = PostParams::default();
+
+    // The policy is loaded a moment after the chart: wait for a refusal.
+    let node_slice = slice("adm-ctl-node", Some("adm-a"));
+    let refused = wait::until(
+        "the controller's policy in force",
+        wait::DEADLINE,
+        || async {
+            match refusal(slices.create(&pp, &node_slice).await) {
+                Some(message) => Ok(message),
+                None => {
+                    let _ = admin_slices
+                        .delete("adm-ctl-node", &DeleteParams::default())
+                        .await;
+                    Err("admitted: the policy is not loaded yet".to_string())
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        refused.contains("may only write ResourceSlices of driver ainic.amd.com in pools fabric/"),
+        "{refused}"
+    );
+    let other_driver = refusal(
+        slices
+            .create(&pp, &partition_slice("fabric/adm", "gpu.example.com"))
+            .await,
+    );
+    assert!(other_driver.is_some_and(|m| m.contains("gpu.example.com pool fabric/adm")));
+    assert!(
+        refusal(
+            slices
+                .create(&pp, &partition_slice("adm-pool", DRIVER))
+                .await
+        )
+        .is_some()
+    );
+
+    // Its own pools: created, changed and deleted.
+    let own = partition_slice("fabric/adm-x", DRIVER);
+    assert_eq!(refusal(slices.create(&pp, &own).await), None);
+    let mut stored = slices.get("fabric-adm-x").await.unwrap();
+    stored.spec.pool.generation = 2;
+    assert_eq!(
+        refusal(slices.replace("fabric-adm-x", &pp, &stored).await),
+        None
+    );
+    assert_eq!(
+        refusal(
+            slices
+                .delete("fabric-adm-x", &DeleteParams::default())
+                .await
+        ),
+        None
+    );
+
+    // An agent's slice is not the controller's to delete.
+    admin_slices
+        .create(&pp, &slice("adm-ctl-agent", Some("adm-a")))
+        .await
+        .unwrap();
+    assert!(
+        refusal(
+            slices
+                .delete("adm-ctl-agent", &DeleteParams::default())
+                .await
+        )
+        .is_some()
+    );
+    admin_slices
+        .delete("adm-ctl-agent", &DeleteParams::default())
+        .await
+        .unwrap();
 }
