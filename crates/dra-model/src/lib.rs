@@ -13,6 +13,7 @@
 
 pub mod capacity;
 pub mod cdi;
+pub mod claim;
 pub mod classic;
 pub mod config;
 mod device;

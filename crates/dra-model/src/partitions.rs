@@ -332,19 +332,8 @@ pub fn count_allocated(
     for p in partitions.values_mut() {
         p.nodes_allocated = 0;
     }
-    let results = claims
-        .iter()
-        .filter_map(|c| {
-            c.status
-                .as_ref()?
-                .allocation
-                .as_ref()?
-                .devices
-                .as_ref()?
-                .results
-                .as_ref()
-        })
-        .flatten()
+    let results = (claims.iter())
+        .flat_map(crate::claim::allocation_results)
         .filter(|r| r.driver == driver);
     for result in results {
         let Some(p) = by_pool

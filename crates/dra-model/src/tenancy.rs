@@ -135,11 +135,7 @@ fn sticky_shares(claim: &ResourceClaim, driver: &str) -> Vec<(Share, State)> {
     let bound = names::qualified(driver, CONDITION_TENANT_BOUND);
     let conflict = names::qualified(driver, CONDITION_TENANT_CONFLICT);
     let status = claim.status.as_ref();
-    let results = status
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.as_deref())
-        .unwrap_or_default();
+    let results = crate::claim::allocation_results(claim);
     let is_sticky = |r: &&DeviceRequestAllocationResult| {
         r.driver == driver
             && r.binding_conditions
@@ -197,12 +193,7 @@ fn unconditioned<'c>(
     claim: &'c ResourceClaim,
     driver: &'c str,
 ) -> impl Iterator<Item = StickyPf> + 'c {
-    let results = (claim.status.as_ref())
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.as_deref())
-        .unwrap_or_default();
-    (results.iter())
+    (crate::claim::allocation_results(claim).iter())
         .filter(move |r| {
             r.driver == driver && r.binding_conditions.as_ref().is_none_or(|c| c.is_empty())
         })

@@ -140,13 +140,7 @@ impl<'a> Scheduler<'a> {
 
 /// The allocation results of a stored claim.
 pub fn results(claim: &ResourceClaim) -> Vec<DeviceRequestAllocationResult> {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.clone())
-        .unwrap_or_default()
+    dra_model::claim::allocation_results(claim).to_vec()
 }
 
 /// The device allocated for `request` from `driver`.
