@@ -149,7 +149,7 @@ async fn a_token_bound_to_no_node_is_refused() {
     let slices: Api<ResourceSlice> = Api::all(agent);
     let refused = refusal(
         slices
-            .create(&PostParams::default(), &slice("adm-unbound", Some("adm-a")))
+            .create(&PostParams::default(), &slice("adm-unbound", Some("adm-c")))
             .await,
     )
     .expect("a token without a node is refused");
@@ -177,7 +177,9 @@ async fn the_controller_writes_only_its_own_pools() {
     let pp = PostParams::default();
 
     // The policy is loaded a moment after the chart: wait for a refusal.
-    let node_slice = slice("adm-ctl-node", Some("adm-a"));
+    // Node `adm-c` is this test's alone: the agent test above watches
+    // `adm-a`'s slices at the same time on the same server.
+    let node_slice = slice("adm-ctl-node", Some("adm-c"));
     let refused = wait::until(
         "the controller's policy in force",
         wait::DEADLINE,
@@ -233,7 +235,7 @@ async fn the_controller_writes_only_its_own_pools() {
 
     // An agent's slice is not the controller's to delete.
     admin_slices
-        .create(&pp, &slice("adm-ctl-agent", Some("adm-a")))
+        .create(&pp, &slice("adm-ctl-agent", Some("adm-c")))
         .await
         .unwrap();
     assert!(
