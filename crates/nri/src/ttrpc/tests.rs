@@ -1,0 +1,148 @@
+use super::*;
+use crate::mux;
+use tokio::net::UnixStream;
+
+#[test]
+fn the_header_is_length_stream_type_flags() {
+    let bytes = encode(3, TYPE_REQUEST, b"abc");
+    assert_eq!(
+        bytes,
+        [&[0, 0, 0, 3, 0, 0, 0, 3, 1, 0][..], b"abc"].concat()
+    );
+}
+
+#[tokio::test]
+async fn a_message_cut_anywhere_is_read_whole() {
+    let (tx, rx) = mpsc::channel(16);
+    let mut reader = Reader::new(rx);
+    let mut wire = encode(1, TYPE_RESPONSE, b"first");
+    wire.extend(encode(3, TYPE_RESPONSE, b"second"));
+    for chunk in wire.chunks(4) {
+        tx.send(chunk.to_vec()).await.unwrap();
+    }
+    drop(tx);
+    let first = reader.next().await.unwrap().unwrap();
+    assert_eq!((first.stream, &first.payload[..]), (1, &b"first"[..]));
+    let second = reader.next().await.unwrap().unwrap();
+    assert_eq!((second.stream, &second.payload[..]), (3, &b"second"[..]));
+    assert!(reader.next().await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn an_oversized_or_cut_off_message_is_a_protocol_error() {
+    let (tx, rx) = mpsc::channel(4);
+    let mut reader = Reader::new(rx);
+    let mut header = ((MAX_MESSAGE + 1) as u32).to_be_bytes().to_vec();
+    header.extend([0, 0, 0, 1, 1, 0]);
+    tx.send(header).await.unwrap();
+    assert!(matches!(reader.next().await, Err(TtrpcError::Protocol(_))));
+
+    let (tx, rx) = mpsc::channel(4);
+    let mut reader = Reader::new(rx);
+    tx.send(encode(1, TYPE_REQUEST, b"whole")[..12].to_vec())
+        .await
+        .unwrap();
+    drop(tx);
+    assert!(matches!(reader.next().await, Err(TtrpcError::Protocol(_))));
+}
+
+/// Echoes `Echo.Say`, a long payload (over 100 bytes) 50 ms late; every
+/// other method is unimplemented.
+struct Echo;
+
+impl Service for Echo {
+    async fn call(&self, service: &str, method: &str, payload: Vec<u8>) -> Result<Vec<u8>, Status> {
+        if (service, method) != ("Echo", "Say") {
+            return Err(Status::new(code::UNIMPLEMENTED, format!("method {method}")));
+        }
+        if payload.len() > 100 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(payload)
+    }
+}
+
+/// A prost message holding bytes, for the client's generic call.
+#[derive(Clone, PartialEq, Message)]
+struct Bytes {
+    #[prost(bytes = "vec", tag = "1")]
+    value: Vec<u8>,
+}
+
+fn pair() -> (Client, Conn) {
+    let (a, b) = UnixStream::pair().unwrap();
+    let client_conn = mux::split(a, &[7]).pop().unwrap();
+    let server_conn = mux::split(b, &[7]).pop().unwrap();
+    (Client::new(client_conn), server_conn)
+}
+
+#[tokio::test]
+async fn calls_are_answered_on_their_stream_even_out_of_order() {
+    let (client, server) = pair();
+    tokio::spawn(serve(server, Arc::new(Echo)));
+    let second = Duration::from_secs(5);
+    // The slow call is sent first and answered last; it is also longer
+    // than the 4096 bytes of a first mux frame.
+    let slow = Bytes {
+        value: vec![9; 5000],
+    };
+    let fast = Bytes { value: vec![1] };
+    let (a, b) = tokio::join!(
+        client.call::<_, Bytes>("Echo", "Say", &slow, second),
+        client.call::<_, Bytes>("Echo", "Say", &fast, second),
+    );
+    assert_eq!(a.unwrap(), slow);
+    assert_eq!(b.unwrap(), fast);
+}
+
+#[tokio::test]
+async fn an_unserved_method_answers_unimplemented() {
+    let (client, server) = pair();
+    tokio::spawn(serve(server, Arc::new(Echo)));
+    let err = client
+        .call::<_, Bytes>("Echo", "Shout", &Bytes::default(), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    match err {
+        TtrpcError::Status { status, .. } => assert_eq!(status.code, code::UNIMPLEMENTED),
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_closed_connection_fails_pending_calls() {
+    let (client, server) = pair();
+    drop(server);
+    let err = client
+        .call::<_, Bytes>("Echo", "Say", &Bytes::default(), Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TtrpcError::Closed), "{err}");
+}
+
+#[tokio::test]
+async fn client_streams_are_odd_and_increasing() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let client = Client::new(mux::split(a, &[2]).pop().unwrap());
+    let server = mux::split(b, &[2]).pop().unwrap();
+    let mut reader = Reader::new(server.incoming);
+    let timeout = Duration::from_millis(10);
+    for _ in 0..3 {
+        let _ = client
+            .call::<_, Bytes>("S", "M", &Bytes::default(), timeout)
+            .await;
+    }
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let frame = reader.next().await.unwrap().unwrap();
+        assert_eq!(frame.kind, TYPE_REQUEST);
+        let request = Request::decode(&frame.payload[..]).unwrap();
+        assert_eq!(
+            (request.service.as_str(), request.method.as_str()),
+            ("S", "M")
+        );
+        assert_eq!(request.timeout_nano, 10_000_000);
+        streams.push(frame.stream);
+    }
+    assert_eq!(streams, [1, 3, 5]);
+}
