@@ -424,14 +424,11 @@ fn pf_and_its_vfs_exclude_each_other_through_counters() {
     );
 }
 
-/// Use case 3 across pods: 2 partitions × 2 nodes (the agents' slices,
-/// the fabric controller's partition slices, nodes labelled as it labels
-/// them), the example job and two copies of it. `simulate` without
-/// `--node` places job A wholly in one partition, job B in the other, and
-/// leaves job C pending with the reason.
-#[test]
-fn jobs_land_wholly_in_one_fabric_partition_each() {
-    let dir = tempfile::tempdir().unwrap();
+/// Four nodes of the 8-GPU/8-NIC topology in two fabric partitions (n1, n2
+/// in pod-a; n3, n4 in pod-b) as `ainic-dra slices` publishes them, with
+/// the fabric controller's partition slices and node labels, written to
+/// `dir/cluster.json`. Returns the nodes' own slices.
+fn fabric_cluster(dir: &std::path::Path) -> Vec<k8s_openapi::api::resource::v1::ResourceSlice> {
     let mut node_slices = Vec::new();
     for (node, fabric) in [
         ("n1", "pod-a"),
@@ -473,10 +470,22 @@ fn jobs_land_wholly_in_one_fabric_partition_each() {
         }
     }
     std::fs::write(
-        dir.path().join("cluster.json"),
+        dir.join("cluster.json"),
         serde_json::to_vec(&objects).unwrap(),
     )
     .unwrap();
+    node_slices
+}
+
+/// Use case 3 across pods: 2 partitions × 2 nodes (the agents' slices,
+/// the fabric controller's partition slices, nodes labelled as it labels
+/// them), the example job and two copies of it. `simulate` without
+/// `--node` places job A wholly in one partition, job B in the other, and
+/// leaves job C pending with the reason.
+#[test]
+fn jobs_land_wholly_in_one_fabric_partition_each() {
+    let dir = tempfile::tempdir().unwrap();
+    fabric_cluster(dir.path());
     let job_a = std::fs::read_to_string(repo("examples/fabric-job/job.yaml")).unwrap();
     // The template appears once; jobs B and C are A under other names.
     let template_end = job_a
@@ -518,4 +527,56 @@ fn jobs_land_wholly_in_one_fabric_partition_each() {
         );
     }
     assert!(stderr.contains("2 of 6 pods stay pending"), "{stderr}");
+}
+
+/// Use case 4's "same rail as my peers" for a job: the pods share one
+/// partition claim and each takes a NIC on rail 0 from a template
+/// (examples/fabric-job/same-rail.yaml). Every pod's NIC is on rail 0, and
+/// as each node has one NIC per rail, the two pods take both nodes of one
+/// partition.
+#[test]
+fn a_jobs_pods_share_a_partition_and_a_rail() {
+    let dir = tempfile::tempdir().unwrap();
+    let node_slices = fabric_cluster(dir.path());
+    let out = bin()
+        .args(["simulate", "-o", "json", "-f"])
+        .arg(dir.path())
+        .arg("-f")
+        .arg(repo("examples/fabric-job/same-rail.yaml"))
+        .arg("-f")
+        .arg(repo("deploy/deviceclasses"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let rail_of = |node: &str, device: &str| {
+        let slice = node_slices
+            .iter()
+            .find(|s| s.spec.node_name.as_deref() == Some(node))
+            .unwrap();
+        let device = (slice.spec.devices.iter().flatten())
+            .find(|d| d.name == device)
+            .unwrap_or_else(|| panic!("{device} not in {node}'s slice"));
+        device.attributes.as_ref().unwrap()["ainic.amd.com/rail"]
+            .int
+            .unwrap()
+    };
+    let mut nodes = Vec::new();
+    for pod in &report {
+        let node = pod["node"].as_str().unwrap_or_else(|| panic!("{report:?}"));
+        nodes.push(node.to_string());
+        let nic = (pod["claims"].as_array().unwrap().iter())
+            .find(|c| c["claim"].as_str().unwrap().ends_with("-nic"))
+            .unwrap();
+        let device = nic["devices"][0]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap();
+        assert_eq!(rail_of(node, device), 0, "{report:?}");
+    }
+    nodes.sort();
+    assert!(nodes == ["n1", "n2"] || nodes == ["n3", "n4"], "{report:?}");
 }
