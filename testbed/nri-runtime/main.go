@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -138,15 +139,44 @@ func main() {
 	}
 }
 
+// running is the set of pod sandboxes the runtime reports to Synchronize.
+type running struct {
+	mu   sync.Mutex
+	byID map[string]*nri.PodSandbox
+}
+
+func (r *running) add(p *nri.PodSandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.byID[p.Id] = p
+}
+
+func (r *running) remove(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.byID, id)
+}
+
+func (r *running) list() []*nri.PodSandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*nri.PodSandbox, 0, len(r.byID))
+	for _, p := range r.byID {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Id < out[j].Id })
+	return out
+}
+
 // serve runs the adaptation until stdin ends.
 func serve() error {
 	socket := flag.String("socket", "", "the NRI socket to listen on")
-	syncPods := flag.String("sync-pods", "", "JSON list of pods to answer Synchronize with")
+	syncPods := flag.String("sync-pods", "", "JSON list of pods running before any run-pod")
 	flag.Parse()
 	if *socket == "" {
 		return errors.New("--socket is required")
 	}
-	var pods []*nri.PodSandbox
+	pods := &running{byID: map[string]*nri.PodSandbox{}}
 	if *syncPods != "" {
 		buf, err := os.ReadFile(*syncPods)
 		if err != nil {
@@ -157,7 +187,7 @@ func serve() error {
 			return fmt.Errorf("%s: %w", *syncPods, err)
 		}
 		for _, p := range list {
-			pods = append(pods, p.sandbox())
+			pods.add(p.sandbox())
 		}
 	}
 
@@ -172,8 +202,10 @@ func serve() error {
 	defer os.RemoveAll(empty)
 
 	obs := newObserver()
+	// A plugin that (re)connects learns the pods running now, as from a
+	// real runtime: those of --sync-pods and of run-pod, less stopped ones.
 	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
-		_, err := cb(ctx, pods, nil)
+		_, err := cb(ctx, pods.list(), nil)
 		return err
 	}
 	// Our plugin must never ask for unsolicited container updates.
@@ -202,7 +234,7 @@ func serve() error {
 		if len(in.Bytes()) == 0 {
 			continue
 		}
-		res := run(r, obs, in.Bytes())
+		res := run(r, obs, pods, in.Bytes())
 		line, _ := json.Marshal(res)
 		out.Write(append(line, '\n'))
 		out.Flush()
@@ -211,7 +243,7 @@ func serve() error {
 }
 
 // run carries out one command and returns its result line.
-func run(r *nri.Adaptation, obs *observer, line []byte) map[string]any {
+func run(r *nri.Adaptation, obs *observer, pods *running, line []byte) map[string]any {
 	var c command
 	if err := json.Unmarshal(line, &c); err != nil {
 		return map[string]any{"ok": false, "error": "bad command: " + err.Error(), "plugins": obs.count()}
@@ -236,9 +268,13 @@ func run(r *nri.Adaptation, obs *observer, line []byte) map[string]any {
 	case "run-pod":
 		req := &nri.RunPodSandboxRequest{Pod: c.Pod.sandbox()}
 		err = timed(func() error { return r.RunPodSandbox(ctx, req) })
+		if err == nil {
+			pods.add(req.Pod)
+		}
 	case "stop-pod":
 		req := &nri.StopPodSandboxRequest{Pod: c.Pod.sandbox()}
 		err = timed(func() error { return r.StopPodSandbox(ctx, req) })
+		pods.remove(req.Pod.Id)
 	case "remove-pod":
 		req := &nri.RemovePodSandboxRequest{Pod: c.Pod.sandbox()}
 		err = timed(func() error { return r.RemovePodSandbox(ctx, req) })

@@ -7,98 +7,31 @@
 //! namespace is found by PCI address. Set up and checked with iproute2
 //! (`ip`); needs root (CAP_NET_ADMIN), which the test says when missing.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod netns_support;
+
+use std::path::Path;
 
 use ainic_dra::node::netdev::{self, Attached};
 use dra_model::netdev::NetdevSettings;
-use serde_json::Value;
-
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run ip (iproute2): {e}"));
-    assert!(
-        out.status.success(),
-        "ip {}: {} (this test needs root: CAP_NET_ADMIN)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Namespaces and links of one test, removed when dropped.
-struct Net {
-    pod: String,
-    peer: String,
-    nic: String,
-}
-
-impl Net {
-    fn new(tag: &str) -> Net {
-        let id = std::process::id() % 100_000;
-        let net = Net {
-            pod: format!("ainic-pod-{tag}-{id}"),
-            peer: format!("ainic-peer-{tag}-{id}"),
-            nic: format!("ain{tag}{id}"),
-        };
-        ip(&["netns", "add", &net.pod]);
-        ip(&["netns", "add", &net.peer]);
-        let peer_end = format!("{}p", net.nic);
-        ip(&[
-            "link", "add", &net.nic, "type", "veth", "peer", "name", &peer_end, "netns", &net.peer,
-        ]);
-        ip(&["-n", &net.peer, "link", "set", &peer_end, "up"]);
-        ip(&["addr", "add", "10.77.0.5/24", "dev", &net.nic]);
-        ip(&["link", "set", &net.nic, "up"]);
-        net
-    }
-
-    fn pod_path(&self) -> PathBuf {
-        Path::new("/run/netns").join(&self.pod)
-    }
-
-    /// `ip -j` output about `link` in `ns` (`None`: the host).
-    fn json(&self, ns: Option<&str>, what: &[&str]) -> Vec<Value> {
-        let mut args = vec!["-j"];
-        if let Some(ns) = ns {
-            args.extend(["-n", ns]);
-        }
-        args.extend(what);
-        serde_json::from_str(&ip(&args)).unwrap_or_default()
-    }
-
-    fn addresses(&self, ns: Option<&str>, link: &str) -> Vec<String> {
-        let info = self.json(ns, &["addr", "show", "dev", link]);
-        (info.iter())
-            .flat_map(|l| l["addr_info"].as_array().cloned().unwrap_or_default())
-            .filter(|a| a["scope"] == "global")
-            .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-            .collect()
-    }
-
-    fn has_link(&self, ns: Option<&str>, link: &str) -> bool {
-        let all = self.json(ns, &["link", "show"]);
-        all.iter().any(|l| l["ifname"] == link)
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        // Deleting the peer's namespace deletes the veth pair with it.
-        for ns in [&self.pod, &self.peer] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-        let _ = Command::new("ip").args(["link", "del", &self.nic]).output();
-    }
-}
+use netns_support::{Net, ip};
 
 fn plan(yaml: &str, host: &str) -> dra_model::netdev::NetdevPlan {
     serde_yaml_ng::from_str::<NetdevSettings>(yaml)
         .unwrap()
         .plan(host)
         .unwrap()
+}
+
+/// What the hooks do: survey the host's netdev, then move it.
+async fn survey_and_attach(
+    nic: &str,
+    netns: &Path,
+    plan: &dra_model::netdev::NetdevPlan,
+    sysfs: &Path,
+) -> Result<Attached, netdev::NetdevError> {
+    let attached = netdev::survey(nic, plan, sysfs).await?;
+    netdev::attach(&attached, netns, plan, sysfs).await?;
+    Ok(attached)
 }
 
 #[tokio::test]
@@ -110,7 +43,7 @@ async fn the_netdev_moves_in_configured_and_back_under_its_host_name() {
         &net.nic,
     );
     let started = std::time::Instant::now();
-    let attached = netdev::attach(&net.nic, &net.pod_path(), &plan, sysfs.path())
+    let attached = survey_and_attach(&net.nic, &net.pod_path(), &plan, sysfs.path())
         .await
         .unwrap();
     let attach_time = started.elapsed();
@@ -168,7 +101,7 @@ async fn unset_addresses_keep_the_hosts_and_a_clash_moves_nothing() {
     ip(&[
         "-n", &net.pod, "link", "add", "net1", "type", "veth", "peer", "name", "other1",
     ]);
-    let clash = netdev::attach(
+    let clash = survey_and_attach(
         &net.nic,
         &net.pod_path(),
         &plan("interfaceName: net1", &net.nic),
@@ -183,7 +116,7 @@ async fn unset_addresses_keep_the_hosts_and_a_clash_moves_nothing() {
     assert!(net.has_link(None, &net.nic));
     assert_eq!(net.addresses(None, &net.nic), ["10.77.0.5/24"]);
 
-    let attached = netdev::attach(
+    let attached = survey_and_attach(
         &net.nic,
         &net.pod_path(),
         &plan("interfaceName: net2", &net.nic),
@@ -222,6 +155,7 @@ async fn a_netdev_returned_from_a_dead_namespace_is_found_by_pci_address() {
         host_mtu: 1500,
         host_addresses: vec![dra_model::netdev::parse_cidr("10.77.0.9/24").unwrap()],
         pci_address: Some("0000:2a:00.0".into()),
+        mac: None,
     };
     let dead = Path::new("/run/netns/ainic-no-such-namespace");
     netdev::detach(&attached, Some(dead), sysfs.path())

@@ -242,7 +242,7 @@ async fn bad_claims_get_their_own_error_and_do_not_fail_the_batch() {
         error(&unknown_field)
     );
     assert!(
-        error(&netdev).contains("not supported yet"),
+        error(&netdev).contains("exclusive netdev mode: the claim is reserved for 0 pods"),
         "{}",
         error(&netdev)
     );

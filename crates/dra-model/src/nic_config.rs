@@ -34,9 +34,10 @@ pub enum AttachMode {
     /// network namespace (the default).
     #[default]
     Rdma,
-    /// The netdev moves into the pod's network namespace. Reserved: the node
-    /// agent rejects it until the pod-sandbox hook is built (its settings,
-    /// `netdev:`, are checked already).
+    /// The netdev moves into the pod's network namespace when the pod
+    /// sandbox starts (the node agent's NRI plugin), as its `netdev:`
+    /// settings say, and back at sandbox stop; the RDMA char devices are
+    /// given as in `rdma` mode.
     Netdev,
 }
 
@@ -51,7 +52,7 @@ impl AttachMode {
 }
 
 /// The effective configuration of one request's devices.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NicConfig {
     /// How the NIC is attached.
@@ -60,6 +61,10 @@ pub struct NicConfig {
     pub umad: bool,
     /// Also give the container the subnet-management devices (`issmN`).
     pub issm: bool,
+    /// Exclusive netdev mode's settings (checked); the last object that
+    /// sets them wins whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<crate::netdev::NetdevSettings>,
 }
 
 /// One NicConfig object as written: every field optional so that later
@@ -80,8 +85,7 @@ pub struct NicConfigObject {
     /// Give the subnet-management devices.
     #[serde(default)]
     pub issm: Option<bool>,
-    /// Exclusive netdev mode's settings ([`crate::netdev`]); checked here,
-    /// applied once that mode is built.
+    /// Exclusive netdev mode's settings ([`crate::netdev`]); checked here.
     #[serde(default)]
     pub netdev: Option<crate::netdev::NetdevSettings>,
 }
@@ -147,6 +151,7 @@ impl NicConfigObject {
             mode: self.mode.unwrap_or(base.mode),
             umad: self.umad.unwrap_or(base.umad),
             issm: self.issm.unwrap_or(base.issm),
+            netdev: self.netdev.clone().or(base.netdev),
         }
     }
 }
@@ -181,12 +186,12 @@ pub fn config_for_request(
             }
             let object = parse_entry(&opaque.parameters.0, source, request)?;
             if source == SOURCE_CLAIM {
-                refuse_widening(&object, granted, request)?;
+                refuse_widening(&object, &granted, request)?;
             }
             effective = object.apply(effective);
         }
         if source == SOURCE_CLASS {
-            granted = effective;
+            granted = effective.clone();
         }
     }
     Ok(effective)
@@ -195,7 +200,7 @@ pub fn config_for_request(
 /// A claim's entry may not turn on access its class did not grant.
 fn refuse_widening(
     object: &NicConfigObject,
-    granted: NicConfig,
+    granted: &NicConfig,
     request: &str,
 ) -> Result<(), NicConfigError> {
     for (field, asked, allowed) in [

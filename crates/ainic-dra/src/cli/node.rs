@@ -90,6 +90,19 @@ pub struct NodeArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub device_metadata: bool,
 
+    /// The container runtime's NRI socket (e.g. /var/run/nri/nri.sock):
+    /// the agent registers an NRI plugin there that moves the netdevs of
+    /// claims in exclusive netdev mode (NicConfig `mode: netdev`) into
+    /// their pod's network namespace at pod sandbox start and back at
+    /// stop. Unset: no plugin, and such claims are refused at prepare.
+    #[arg(long, value_name = "PATH")]
+    pub nri_socket: Option<PathBuf>,
+
+    /// The NRI plugin's index: its place (two digits) among the runtime's
+    /// plugins.
+    #[arg(long, value_name = "NN", default_value = "50", value_parser = check_nri_index)]
+    pub nri_plugin_index: String,
+
     /// Flags that shape the published devices.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -106,6 +119,12 @@ fn parse_http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     s.parse()
         .map(Some)
         .map_err(|e| format!("invalid address {s:?}: {e}"))
+}
+
+fn check_nri_index(s: &str) -> Result<String, String> {
+    nri::Identity::new("ainic-dra", s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 fn check_http_addr(s: &str) -> Result<String, String> {
@@ -137,6 +156,13 @@ impl NodeArgs {
             sweep_every: (self.orphan_sweep_interval > 0)
                 .then(|| Duration::from_secs(self.orphan_sweep_interval)),
             device_metadata: self.device_metadata,
+            nri: self
+                .nri_socket
+                .clone()
+                .map(|socket| crate::node::NriConfig {
+                    socket,
+                    index: self.nri_plugin_index.clone(),
+                }),
         }
     }
 }

@@ -40,6 +40,13 @@ pub enum Point {
     CheckpointTempWritten,
     /// The checkpoint's temp file is fsynced, not yet renamed.
     CheckpointTempSynced,
+    /// A netdev move is recorded; the netdev has not left the host.
+    AttachAfterRecord,
+    /// The netdev is in the pod, configured; the move is not yet marked
+    /// done.
+    AttachAfterMove,
+    /// The netdev is home again; the checkpoint still records the move.
+    DetachBeforeForget,
 }
 
 impl Point {
@@ -57,6 +64,14 @@ impl Point {
         Point::CheckpointTempSynced,
     ];
 
+    /// The points of exclusive netdev mode's moves (the pod sandbox
+    /// hooks), swept by the netdev test.
+    pub const NETDEV: [Point; 3] = [
+        Point::AttachAfterRecord,
+        Point::AttachAfterMove,
+        Point::DetachBeforeForget,
+    ];
+
     /// The value of [`ENV`] that selects this point.
     pub fn name(self) -> &'static str {
         match self {
@@ -70,6 +85,9 @@ impl Point {
             Point::CheckpointTempCreated => "checkpoint-temp-created",
             Point::CheckpointTempWritten => "checkpoint-temp-written",
             Point::CheckpointTempSynced => "checkpoint-temp-synced",
+            Point::AttachAfterRecord => "attach-after-record",
+            Point::AttachAfterMove => "attach-after-move",
+            Point::DetachBeforeForget => "detach-before-forget",
         }
     }
 }
@@ -88,7 +106,12 @@ fn armed() -> &'static Option<(String, u32)> {
     ARMED.get_or_init(|| {
         let value = std::env::var(ENV).ok().filter(|v| !v.is_empty())?;
         match parse(&value) {
-            Some((point, n)) if Point::ALL.iter().any(|p| p.name() == point) => {
+            Some((point, n))
+                if Point::ALL
+                    .iter()
+                    .chain(&Point::NETDEV)
+                    .any(|p| p.name() == point) =>
+            {
                 Some((point.to_string(), n))
             }
             // A test that names no real point would test nothing: stop it.

@@ -25,6 +25,7 @@ pub mod metadata;
 pub mod netdev;
 pub mod plugin;
 pub mod publisher;
+pub mod sandbox;
 pub mod server_version;
 
 use std::net::SocketAddr;
@@ -75,6 +76,18 @@ pub struct NodeConfig {
     pub sweep_every: Option<Duration>,
     /// Write device metadata for containers ([`metadata`]).
     pub device_metadata: bool,
+    /// The NRI plugin of exclusive netdev mode ([`sandbox`]); `None` runs
+    /// none (claims in that mode are refused).
+    pub nri: Option<NriConfig>,
+}
+
+/// Where and as what the NRI plugin registers.
+#[derive(Clone, Debug)]
+pub struct NriConfig {
+    /// The runtime's NRI socket.
+    pub socket: PathBuf,
+    /// The plugin's two-digit index.
+    pub index: String,
 }
 
 /// What the other tasks of the agent follow once the plugin is up.
@@ -131,6 +144,15 @@ pub async fn start(
     });
 
     let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sandboxes = Arc::new(sandbox::Sandboxes::new(
+        store.clone(),
+        &config.sysfs_root,
+        Some(status_tx.clone()),
+        config.nri.is_some(),
+    ));
+    if let Some(nri) = &config.nri {
+        tokio::spawn(sandbox::follow_runtime(nri.clone(), sandboxes.clone()));
+    }
     tokio::spawn(plugin::status::run(
         status_rx,
         claims.clone(),
@@ -147,6 +169,7 @@ pub async fn start(
         metrics: metrics.clone(),
         status: Some(status_tx),
         metadata,
+        sandboxes: Some(sandboxes),
     }));
 
     let refreshed = driver.refresh_all().await;

@@ -15,9 +15,9 @@
 //! gone the kernel has returned a physical device to the host's under its
 //! pod name; [`detach`] then finds it by PCI address in sysfs.
 //!
-//! Not yet reached by any caller: the NRI plugin that would call it at
-//! pod sandbox start and stop is not built (docs/compatibility.md,
-//! "Exclusive netdev mode").
+//! Called by the pod sandbox hooks ([`crate::node::sandbox`]), which
+//! record [`survey`]'s answer in the checkpoint before [`attach`] changes
+//! anything.
 
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -44,6 +44,9 @@ pub struct Attached {
     /// Its PCI address, when it has one (how a device the kernel returned
     /// from a dead namespace is recognised).
     pub pci_address: Option<String>,
+    /// Its MAC, when sysfs shows one (the pod sees the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
 }
 
 /// Why a move failed; names the netdev and the namespace.
@@ -235,29 +238,57 @@ fn invalid_route(name: &str, r: &dra_model::netdev::Route, e: impl std::fmt::Deb
     }
 }
 
-/// Moves host netdev `host_name` into the namespace at `netns` as `plan`
-/// says. On failure after the move, moves it back.
-pub async fn attach(
-    host_name: &str,
-    netns: &Path,
-    plan: &NetdevPlan,
-    sysfs: &Path,
-) -> Result<Attached, NetdevError> {
+/// A netlink handle in the host's namespace, with the index and MTU of
+/// its netdev `host_name`; an error when the host has no such link.
+async fn on_host(host_name: &str) -> Result<(Handle, u32, u32), NetdevError> {
     let host = handle_in(None).map_err(io(host_name, "cannot open a netlink socket"))?;
-    let (index, host_mtu) = find(&host, host_name)
+    let (index, mtu) = find(&host, host_name)
         .await?
         .ok_or_else(|| NetdevError::Missing {
             netdev: host_name.to_string(),
             message: "is not in the host's network namespace".into(),
         })?;
-    let host_addresses = addresses(&host, index, host_name).await?;
-    let attached = Attached {
+    Ok((host, index, mtu))
+}
+
+/// What the host has of netdev `host_name` (MTU, global addresses, PCI
+/// address) before it moves to become `plan.name`: read only, so it can
+/// be recorded before anything changes.
+pub async fn survey(
+    host_name: &str,
+    plan: &NetdevPlan,
+    sysfs: &Path,
+) -> Result<Attached, NetdevError> {
+    let (host, index, host_mtu) = on_host(host_name).await?;
+    Ok(Attached {
         host_name: host_name.to_string(),
         pod_name: plan.name.clone(),
         host_mtu,
-        host_addresses: host_addresses.clone(),
+        host_addresses: addresses(&host, index, host_name).await?,
         pci_address: pci_address(sysfs, host_name),
-    };
+        mac: std::fs::read_to_string(sysfs.join("class/net").join(host_name).join("address"))
+            .ok()
+            .map(|m| m.trim().to_string()),
+    })
+}
+
+/// The host netdev of PCI function `pci` today, if it is in the host's
+/// network namespace (names change; the PCI address does not).
+pub fn host_netdev(sysfs: &Path, pci: &str) -> Option<String> {
+    netdev_with_pci(sysfs, pci)
+}
+
+/// Moves the netdev [`survey`] saw into the namespace at `netns` as `plan`
+/// says. On failure after the move, moves it back.
+pub async fn attach(
+    attached: &Attached,
+    netns: &Path,
+    plan: &NetdevPlan,
+    sysfs: &Path,
+) -> Result<(), NetdevError> {
+    let host_name = attached.host_name.as_str();
+    let (host, index, _) = on_host(host_name).await?;
+    let host_addresses = &attached.host_addresses;
     let ns = open_ns(netns, host_name)?;
     let pod = handle_in(Some(&ns)).map_err(io(
         host_name,
@@ -305,17 +336,17 @@ pub async fn attach(
                 netdev: plan.name.clone(),
                 message: format!("is not in {} after the move", netns.display()),
             })?;
-        let wanted = plan.addresses.as_deref().unwrap_or(&host_addresses);
+        let wanted = plan.addresses.as_deref().unwrap_or(host_addresses);
         configure(&pod, pod_index, &plan.name, wanted, &plan.routes).await
     };
     if let Err(error) = inside.await {
         tracing::warn!(netdev = host_name, %error, "configuring the moved netdev failed; moving it back");
-        if let Err(undo) = detach(&attached, Some(netns), sysfs).await {
+        if let Err(undo) = detach(attached, Some(netns), sysfs).await {
             tracing::error!(netdev = host_name, error = %undo, "cannot move the netdev back");
         }
         return Err(error);
     }
-    Ok(attached)
+    Ok(())
 }
 
 /// Moves the netdev back to the host under its host name, with its host

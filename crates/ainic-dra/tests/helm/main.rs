@@ -301,6 +301,64 @@ fn agent_mounts_the_host_paths_its_flags_name() {
     );
 }
 
+#[test]
+fn netdev_mode_adds_the_nri_socket_netns_mounts_and_capabilities() {
+    let off = render(json!({}));
+    assert!(!args(&off).iter().any(|a| a.starts_with("--nri")));
+    assert_eq!(
+        container(&off)["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"]})
+    );
+    let objects = render(json!({"netdevMode": {"enabled": true, "pluginIndex": "42"}}));
+    check_all_typed(&objects);
+    let args = args(&objects);
+    assert_binary_accepts(&args);
+    for wanted in [
+        "--nri-socket=/var/run/nri/nri.sock",
+        "--nri-plugin-index=42",
+    ] {
+        assert!(
+            args.iter().any(|a| a == wanted),
+            "{wanted} missing from {args:?}"
+        );
+    }
+    let mounts = mounts(&objects);
+    assert!(
+        mounts.contains(&("/var/run/nri".into(), false)),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts.contains(&("/var/run/netns".into(), true)),
+        "{mounts:?}"
+    );
+    let netns = (container(&objects)["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter())
+    .find(|m| m["name"] == "netns")
+    .unwrap();
+    assert_eq!(netns["mountPropagation"], "HostToContainer");
+    let security = &container(&objects)["securityContext"];
+    assert_eq!(
+        security["capabilities"],
+        json!({"drop": ["ALL"], "add": ["NET_ADMIN", "SYS_ADMIN"]})
+    );
+    assert_eq!(security["privileged"], false);
+    // A bad index stops the agent at start with the reason, rather than
+    // being refused by the runtime at every registration.
+    let bad = render(json!({"netdevMode": {"enabled": true, "pluginIndex": "7"}}));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(self::args(&bad))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("exactly two digits"),
+        "{stderr}"
+    );
+}
+
 /// `group/resource verb` of every rule of `role`, sorted.
 fn grants_of(role: &Value) -> Vec<String> {
     let mut grants: Vec<String> = Vec::new();

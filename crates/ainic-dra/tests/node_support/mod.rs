@@ -54,9 +54,14 @@ impl Drop for Agent {
 impl World {
     /// Renders `topology` (bundled name) and starts the API stand-in with a Node.
     pub async fn new(topology: &str) -> World {
+        let yaml = testkit::fixture::bundled_by_name(topology).expect("bundled topology");
+        World::from_yaml(yaml).await
+    }
+
+    /// Like [`World::new`], with the topology given as YAML.
+    pub async fn from_yaml(yaml: &str) -> World {
         let tmp = tempfile::tempdir().unwrap();
         let sysfs = tmp.path().join("sys");
-        let yaml = testkit::fixture::bundled_by_name(topology).expect("bundled topology");
         testkit::fixture::Topology::from_yaml(yaml)
             .unwrap()
             .render(&sysfs)

@@ -29,11 +29,63 @@ pub const VERSION: u32 = 1;
 pub const FILE_NAME: &str = "checkpoint.json";
 const MAGIC: &str = "ainic-dra-checkpoint";
 
-/// Every prepared claim, by claim UID.
+/// Every prepared claim, by claim UID, and every netdev moved (or being
+/// moved) into a pod.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
     /// Prepared claims, by UID.
     pub claims: BTreeMap<String, PreparedClaim>,
+    /// Exclusive netdev mode's moves, by [`move_key`]: recorded before the
+    /// netdev leaves the host and forgotten once it is back, so a restart
+    /// knows what to bring home.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub moves: BTreeMap<String, NetdevMove>,
+}
+
+/// The key of a device's move in [`Checkpoint::moves`].
+pub fn move_key(claim_uid: &str, device: &str) -> String {
+    format!("{claim_uid}/{device}")
+}
+
+/// A netdev on its way into a pod, or in it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetdevMove {
+    /// UID of the pod.
+    pub pod_uid: String,
+    /// The pod's network namespace.
+    pub netns: String,
+    /// How far the move got.
+    pub phase: MovePhase,
+    /// What the host had, to restore it.
+    pub host: crate::node::netdev::Attached,
+}
+
+/// How far a move got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MovePhase {
+    /// Recorded, then the move began; it may have stopped anywhere (the
+    /// netdev on the host, in the pod unconfigured, or in the pod).
+    /// Entered before the first netlink request; left when the netdev is
+    /// configured in the pod ([`MovePhase::InPod`]) or home again
+    /// (forgotten).
+    Moving,
+    /// In the pod, configured. Left when it is home again (forgotten).
+    InPod,
+}
+
+/// A device prepared in exclusive netdev mode: which host netdev moves
+/// into which pod, as planned at prepare.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetdevDevice {
+    /// The netdev's name on the host at prepare.
+    pub host_name: String,
+    /// UID of the one pod the claim is reserved for.
+    pub pod_uid: String,
+    /// What it looks like in the pod.
+    pub plan: dra_model::netdev::NetdevPlan,
 }
 
 /// A claim whose CDI spec is written and whose result the kubelet got.
@@ -78,6 +130,9 @@ pub struct PreparedDevice {
     /// absent in entries written before agents recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<DeviceIdentity>,
+    /// Exclusive netdev mode: the netdev to move at pod sandbox start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<NetdevDevice>,
 }
 
 /// A prepared device by identity rather than by device numbers: the kernel
@@ -269,6 +324,7 @@ mod tests {
             admin_access: admin,
             cdi_ids: vec![],
             identity: None,
+            netdev: None,
         }
     }
 
@@ -325,6 +381,7 @@ mod tests {
                     share_id: None,
                     cdi_ids: vec!["amd.com/ainic=uid-1-pf-0000-0c-00-0".into()],
                     identity: None,
+                    netdev: None,
                 }],
                 cdi_file: "ainic.amd.com-uid-1.json".into(),
                 cdi_spec: "{}".into(),

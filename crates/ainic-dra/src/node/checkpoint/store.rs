@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::{
-    Checkpoint, CheckpointError, ExclusiveConflict, FILE_NAME, PreparedClaim, encode, load,
-    write_durably,
+    Checkpoint, CheckpointError, ExclusiveConflict, FILE_NAME, NetdevMove, PreparedClaim, encode,
+    load, write_durably,
 };
 
 /// Why [`CheckpointStore::insert_exclusive`] recorded nothing.
@@ -152,6 +152,39 @@ impl CheckpointStore {
         result
     }
 
+    /// Records the move `key` (or forgets it, with `None`) and waits until
+    /// that is on disk; if the write fails the old entry is put back.
+    pub async fn record_move(
+        &self,
+        key: &str,
+        entry: Option<NetdevMove>,
+    ) -> Result<(), CheckpointError> {
+        let mut old = None;
+        let generation = self.mutate(|c| {
+            old = match entry {
+                Some(entry) => c.moves.insert(key.to_string(), entry),
+                None => c.moves.remove(key),
+            };
+        });
+        let result = self.persist(generation).await;
+        if result.is_err() {
+            self.mutate(|c| match old {
+                Some(old) => {
+                    c.moves.insert(key.to_string(), old);
+                }
+                None => {
+                    c.moves.remove(key);
+                }
+            });
+        }
+        result
+    }
+
+    /// Every recorded move, by key.
+    pub fn moves(&self) -> std::collections::BTreeMap<String, NetdevMove> {
+        self.lock().checkpoint.moves.clone()
+    }
+
     /// Forgets the claim and waits until that is on disk; returns what was
     /// recorded.
     pub async fn remove(&self, uid: &str) -> Result<Option<PreparedClaim>, CheckpointError> {
@@ -226,6 +259,7 @@ mod tests {
                 share_id: None,
                 cdi_ids: vec![format!("amd.com/ainic={name}")],
                 identity: None,
+                netdev: None,
             }],
             cdi_file: format!("{name}.json"),
             cdi_spec: "{}".into(),

@@ -104,6 +104,9 @@ pub struct DriverParts {
     /// Device metadata for containers ([`metadata`]); `None` in drivers
     /// that never write any (tests).
     pub metadata: Option<MetadataParts>,
+    /// Exclusive netdev mode's pod sandbox hooks: unprepare brings a
+    /// claim's netdevs home through them; `None` where nothing moves.
+    pub sandboxes: Option<Arc<crate::node::sandbox::Sandboxes>>,
 }
 
 /// What device metadata needs.
@@ -307,6 +310,17 @@ impl Driver {
         if planned.is_empty() {
             return Ok(None);
         }
+        let hooks = self.parts.sandboxes.as_ref().is_some_and(|s| s.serving());
+        if let Some(p) = planned.iter().find(|p| p.netdev.is_some())
+            && !hooks
+        {
+            anyhow::bail!(
+                "claim {}/{}: request {} is in exclusive netdev mode, which needs the node agent's NRI plugin (--nri-socket, chart netdevMode.enabled); it is off on this node",
+                claim.namespace,
+                claim.name,
+                p.request
+            );
+        }
         let attached: Vec<cdi::AttachedDevice> =
             planned.iter().map(|p| p.attached.clone()).collect();
         let spec = cdi::build(
@@ -326,6 +340,7 @@ impl Driver {
                 admin_access: p.admin_access,
                 cdi_ids: vec![id.clone()],
                 identity: Some(respec::identity_of(&p.attached)),
+                netdev: p.netdev.clone(),
             })
             .collect::<Vec<_>>();
         let meta = match self.parts.metadata.as_ref().filter(|m| m.write) {
@@ -505,6 +520,14 @@ impl Driver {
         let Some(record) = self.parts.store.get(&claim.uid) else {
             return Ok(());
         };
+        // A netdev still in a pod (its sandbox stop was missed) comes home
+        // before the claim is forgotten; failing that, the kubelet retries.
+        if let Some(sandboxes) = &self.parts.sandboxes {
+            sandboxes
+                .detach_claim(&claim.uid)
+                .await
+                .map_err(anyhow::Error::msg)?;
+        }
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
         if let Some(parts) = &self.parts.metadata {

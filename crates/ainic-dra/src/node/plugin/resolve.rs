@@ -9,7 +9,10 @@ use dra_model::nic_config::{AttachMode, NicConfigError, config_for_request};
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use topology::Inventory;
 
+use dra_model::netdev::NetdevSettings;
+
 use crate::node::cdi::{AttachedDevice, Share};
+use crate::node::checkpoint::NetdevDevice;
 
 /// What the driver serves: its name and its pool on this node.
 #[derive(Clone, Debug)]
@@ -36,6 +39,8 @@ pub struct PlannedDevice {
     pub admin_access: bool,
     /// What to give the container.
     pub attached: AttachedDevice,
+    /// Exclusive netdev mode: the netdev to move into the pod.
+    pub netdev: Option<NetdevDevice>,
 }
 
 /// Why a claim cannot be prepared on this node.
@@ -85,17 +90,15 @@ pub enum ResolveError {
         /// The configuration problem.
         source: NicConfigError,
     },
-    /// The configuration asks for an attach mode that is not implemented.
-    #[error(
-        "claim {claim}: attach mode {mode} (request {request}) is not supported yet; use mode rdma"
-    )]
-    UnsupportedMode {
+    /// Exclusive netdev mode cannot be used for this result.
+    #[error("claim {claim}: request {request}: exclusive netdev mode: {reason}")]
+    Netdev {
         /// `namespace/name`.
         claim: String,
         /// The request.
         request: String,
-        /// The mode asked for.
-        mode: &'static str,
+        /// Why not.
+        reason: String,
     },
 }
 
@@ -166,19 +169,24 @@ pub fn plan(
                         source,
                     }
                 })?;
-            if config.mode != AttachMode::Rdma {
-                return Err(ResolveError::UnsupportedMode {
-                    claim: label.clone(),
-                    request: r.request.clone(),
-                    mode: config.mode.as_str(),
-                });
-            }
             let nic = by_name
                 .get(&r.device)
                 .ok_or_else(|| ResolveError::UnknownDevice {
                     claim: label.clone(),
                     device: r.device.clone(),
                 })?;
+            let netdev = match config.mode {
+                AttachMode::Rdma => None,
+                AttachMode::Netdev => Some(
+                    netdev_of(claim, r, config.netdev.as_ref(), nic).map_err(|reason| {
+                        ResolveError::Netdev {
+                            claim: label.clone(),
+                            request: r.request.clone(),
+                            reason,
+                        }
+                    })?,
+                ),
+            };
             Ok(PlannedDevice {
                 request: r.request.clone(),
                 admin_access: r.admin_access == Some(true),
@@ -190,9 +198,56 @@ pub fn plan(
                     issm: config.issm,
                     share: share_of(r),
                 },
+                netdev,
             })
         })
         .collect()
+}
+
+/// What exclusive netdev mode moves for result `r` on `nic`: its first
+/// netdev, into the one pod the claim is reserved for, as `settings` say.
+fn netdev_of(
+    claim: &ResourceClaim,
+    r: &DeviceRequestAllocationResult,
+    settings: Option<&NetdevSettings>,
+    nic: &topology::NicFunction,
+) -> Result<NetdevDevice, String> {
+    if r.share_id.is_some() {
+        return Err(format!(
+            "device {} is allocated as a share; a shared NIC's netdev cannot move into one pod (use mode rdma)",
+            r.device
+        ));
+    }
+    if r.admin_access == Some(true) {
+        return Err(format!(
+            "device {} is allocated with admin access, which must not take the netdev from its user",
+            r.device
+        ));
+    }
+    let pods: Vec<&str> = (claim.status.as_ref())
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.resource == "pods" && c.api_group.as_deref().unwrap_or("").is_empty())
+        .map(|c| c.uid.as_str())
+        .collect();
+    let [pod_uid] = pods[..] else {
+        return Err(format!(
+            "the claim is reserved for {} pods; a netdev can be in one pod's network namespace only",
+            pods.len()
+        ));
+    };
+    let host_name = (nic.netdevs.first())
+        .map(|n| n.name.clone())
+        .ok_or_else(|| format!("device {} has no netdev on this node", r.device))?;
+    let plan = (settings.cloned().unwrap_or_default())
+        .plan(&host_name)
+        .map_err(|e| e.to_string())?;
+    Ok(NetdevDevice {
+        host_name,
+        pod_uid: pod_uid.to_string(),
+        plan,
+    })
 }
 
 fn share_of(r: &DeviceRequestAllocationResult) -> Option<Share> {

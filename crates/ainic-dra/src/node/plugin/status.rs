@@ -35,6 +35,16 @@ pub enum StatusJob {
         /// Its devices on this node.
         devices: Vec<PreparedDevice>,
     },
+    /// Netdevs of the claim moved into its pod (exclusive netdev mode):
+    /// those devices' network data is the pod's, by device name.
+    InPod {
+        /// The claim.
+        claim: ClaimRef,
+        /// Its devices on this node.
+        devices: Vec<PreparedDevice>,
+        /// The moved devices' network data inside the pod.
+        network: std::collections::BTreeMap<String, NetworkData>,
+    },
     /// The claim was unprepared.
     Unprepared {
         /// The claim.
@@ -51,7 +61,9 @@ pub const MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 impl StatusJob {
     fn claim(&self) -> &ClaimRef {
         match self {
-            StatusJob::Prepared { claim, .. } | StatusJob::Unprepared { claim } => claim,
+            StatusJob::Prepared { claim, .. }
+            | StatusJob::InPod { claim, .. }
+            | StatusJob::Unprepared { claim } => claim,
         }
     }
 }
@@ -95,27 +107,41 @@ async fn write(
     scope: &Scope,
     inventory: &watch::Receiver<Arc<Inventory>>,
 ) {
-    let (claim, entries) = match job {
-        StatusJob::Prepared { claim, devices } => {
-            let today = inventory.borrow().clone();
-            let mut with_network = Vec::with_capacity(devices.len());
-            for device in devices.iter().cloned() {
+    let moved_none = std::collections::BTreeMap::new();
+    let (claim, devices, moved) = match job {
+        StatusJob::Prepared { claim, devices } => (claim, devices, &moved_none),
+        StatusJob::InPod {
+            claim,
+            devices,
+            network,
+        } => (claim, devices, network),
+        StatusJob::Unprepared { claim } => {
+            return apply(claims, scope, claim, Vec::new()).await;
+        }
+    };
+    let today = inventory.borrow().clone();
+    let mut with_network = Vec::with_capacity(devices.len());
+    for device in devices.iter().cloned() {
+        let net = match moved.get(&device.device) {
+            Some(net) => net.clone(),
+            None => {
                 let mut net = netdev_of(&device, &today);
                 if let Some(ifname) = &net.interface_name {
                     net.ips = addresses(ifname).await;
                 }
-                with_network.push((device, net));
+                net
             }
-            let now = k8s_openapi::jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string();
-            (
-                claim,
-                entries(&scope.driver, &scope.pool, &with_network, &now),
-            )
-        }
-        StatusJob::Unprepared { claim } => (claim, Vec::new()),
-    };
+        };
+        with_network.push((device, net));
+    }
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let entries = entries(&scope.driver, &scope.pool, &with_network, &now);
+    apply(claims, scope, claim, entries).await
+}
+
+async fn apply(claims: &SharedClaims, scope: &Scope, claim: &ClaimRef, entries: Vec<Value>) {
     let body = apply_body(claim, entries);
     let manager = format!("{}/{}", scope.driver, scope.pool);
     if let Err(error) = claims
@@ -264,6 +290,7 @@ mod tests {
             admin_access: false,
             cdi_ids: vec![format!("amd.com/ainic=u1-{device}")],
             identity: None,
+            netdev: None,
         }
     }
 

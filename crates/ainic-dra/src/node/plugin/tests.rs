@@ -62,6 +62,7 @@ fn harness_of(
         metrics: Arc::new(Metrics::default()),
         status,
         metadata,
+        sandboxes: None,
     }));
     Harness {
         driver,
@@ -476,6 +477,7 @@ async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
             admin_access: false,
             cdi_ids: spec.device_ids.clone(),
             identity: None,
+            netdev: None,
         }],
         cdi_file: spec.file_name.clone(),
         cdi_spec: spec.content.clone(),
@@ -573,6 +575,7 @@ async fn the_status_writer_applies_ready_entries_then_none() {
         admin_access: false,
         cdi_ids: vec![format!("amd.com/ainic=u1-{PF0}")],
         identity: None,
+        netdev: None,
     };
     tx.send(status::StatusJob::Prepared {
         claim: r("a", "u1"),

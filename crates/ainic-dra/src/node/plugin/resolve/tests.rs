@@ -99,21 +99,77 @@ fn a_claim_asking_for_mad_devices_its_class_does_not_grant_is_refused() {
     );
 }
 
+/// A claim in netdev mode on PF0 (`eth0` on the host), reserved for `pods`.
+fn netdev_claim(settings: serde_json::Value, pods: &[&str], share: bool) -> ResourceClaim {
+    let config = json!([nic_config(
+        "FromClaim",
+        json!({"mode": "netdev", "netdev": settings})
+    )]);
+    let mut c = claim("c", "u1", &[("nic", D, "node-a", PF0)], config);
+    let status = c.status.as_mut().unwrap();
+    let reserved = pods
+        .iter()
+        .map(|uid| json!({"resource": "pods", "name": "p", "uid": uid}));
+    status.reserved_for =
+        Some(serde_json::from_value(json!(reserved.collect::<Vec<_>>())).unwrap());
+    if share {
+        let results = &mut status
+            .allocation
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .results;
+        results.as_mut().unwrap()[0].share_id = Some("6ba7b810-9dad-11d1-80b4-00c04fd430c8".into());
+    }
+    c
+}
+
 #[test]
-fn netdev_mode_is_refused_clearly() {
-    let c = claim(
-        "c",
-        "u1",
-        &[("a", D, "node-a", PF0)],
-        json!([nic_config("FromClaim", json!({"mode": "netdev"}))]),
+fn netdev_mode_plans_the_move_into_the_one_pod() {
+    let c = netdev_claim(
+        json!({"interfaceName": "net1", "mtu": 9000}),
+        &["pod-1"],
+        false,
     );
-    let err = plan(&c, "u1", &scope(), &fixtures::inventory())
-        .unwrap_err()
-        .to_string();
+    let planned = plan(&c, "u1", &scope(), &fixtures::inventory()).unwrap();
+    let netdev = planned[0].netdev.as_ref().expect("a netdev to move");
+    assert_eq!(netdev.host_name, "eth0");
+    assert_eq!(netdev.pod_uid, "pod-1");
+    assert_eq!(
+        (netdev.plan.name.as_str(), netdev.plan.mtu),
+        ("net1", Some(9000))
+    );
+    // Without settings the pod sees the host's name.
+    let c = netdev_claim(json!({}), &["pod-1"], false);
+    let planned = plan(&c, "u1", &scope(), &fixtures::inventory()).unwrap();
+    assert_eq!(planned[0].netdev.as_ref().unwrap().plan.name, "eth0");
+    // And rdma mode moves nothing.
+    let c = claim("c", "u1", &[("nic", D, "node-a", PF0)], json!([]));
     assert!(
-        err.contains("attach mode netdev") && err.contains("not supported yet"),
-        "{err}"
+        plan(&c, "u1", &scope(), &fixtures::inventory()).unwrap()[0]
+            .netdev
+            .is_none()
     );
+}
+
+#[test]
+fn netdev_mode_refuses_shares_and_claims_of_several_pods() {
+    for (pods, share, wanted) in [
+        (&["a", "b"][..], false, "reserved for 2 pods"),
+        (&[][..], false, "reserved for 0 pods"),
+        (&["a"][..], true, "allocated as a share"),
+    ] {
+        let c = netdev_claim(json!({}), pods, share);
+        let err = plan(&c, "u1", &scope(), &fixtures::inventory())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("ns/c") && err.contains("request nic") && err.contains(wanted),
+            "{err}"
+        );
+    }
 }
 
 #[test]
