@@ -25,6 +25,7 @@ pub mod metadata;
 pub mod netdev;
 pub mod plugin;
 pub mod publisher;
+pub mod rdma_netns;
 pub mod sandbox;
 pub mod server_version;
 
@@ -149,6 +150,7 @@ pub async fn start(
         &config.sysfs_root,
         Some(status_tx.clone()),
         config.nri.is_some(),
+        Arc::new(rdma_netns::Kernel),
     ));
     if let Some(nri) = &config.nri {
         tokio::spawn(sandbox::follow_runtime(nri.clone(), sandboxes.clone()));

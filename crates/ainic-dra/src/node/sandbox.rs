@@ -14,6 +14,11 @@
 //! lack. Unprepare brings a claim's netdevs home too, so a pod that
 //! stopped while the agent was down strands nothing.
 //!
+//! In the kernel's exclusive RDMA netns mode the NIC's RDMA device moves
+//! with its netdev ([`crate::node::rdma_netns`]): in after the netdev, home before it
+//! (the netdev's return makes the agent rescan, which should find the RDMA
+//! device home already).
+//!
 //! One lock serialises all moves: hooks take tens of milliseconds, and two
 //! moves of the same netdev must never interleave.
 
@@ -29,6 +34,7 @@ use crate::node::checkpoint::{MovePhase, NetdevDevice, NetdevMove, PreparedDevic
 use crate::node::netdev;
 use crate::node::plugin::ClaimRef;
 use crate::node::plugin::status::{NetworkData, StatusJob};
+use crate::node::rdma_netns::{NetnsMode, RdmaError, RdmaNetns};
 
 /// The pod sandbox hooks of one node agent.
 pub struct Sandboxes {
@@ -37,6 +43,7 @@ pub struct Sandboxes {
     status: Option<mpsc::UnboundedSender<StatusJob>>,
     moving: Mutex<()>,
     serving: bool,
+    rdma: Arc<dyn RdmaNetns>,
 }
 
 /// A device of a prepared claim that moves into a pod.
@@ -51,12 +58,14 @@ impl Sandboxes {
     /// Hooks over the agent's checkpoint; `sysfs` finds netdevs by PCI
     /// address; `status` gets the moved devices' network data; `serving`
     /// says whether an NRI plugin calls them (without one, claims in
-    /// netdev mode are refused at prepare).
+    /// netdev mode are refused at prepare); `rdma` moves RDMA devices
+    /// ([`rdma_netns::Kernel`] but in tests).
     pub fn new(
         store: Arc<CheckpointStore>,
         sysfs: &Path,
         status: Option<mpsc::UnboundedSender<StatusJob>>,
         serving: bool,
+        rdma: Arc<dyn RdmaNetns>,
     ) -> Sandboxes {
         Sandboxes {
             store,
@@ -64,6 +73,7 @@ impl Sandboxes {
             status,
             moving: Mutex::new(()),
             serving,
+            rdma,
         }
     }
 
@@ -149,11 +159,18 @@ impl Sandboxes {
         let host = netdev::survey(&host_name, plan, &self.sysfs)
             .await
             .map_err(fail)?;
+        let rdma_device = self.rdma_to_move(want, pci).await.map_err(|e| {
+            format!(
+                "claim {}/{} device {}: {e}",
+                want.claim.namespace, want.claim.name, want.device.device
+            )
+        })?;
         let mut record = NetdevMove {
             pod_uid: pod_uid.to_string(),
             netns: netns_text,
             phase: MovePhase::Moving,
             host,
+            rdma_device,
         };
         self.record(key, Some(record.clone())).await?;
         crate::node::faults::hit(crate::node::faults::Point::AttachAfterRecord);
@@ -161,6 +178,21 @@ impl Sandboxes {
             // attach undid its own move; forget it only once sure.
             self.bring_home(key, &record).await;
             return Err(fail(error));
+        }
+        if let Some(rdma) = &record.rdma_device {
+            let to = netns.to_path_buf();
+            if let Err(error) = self.move_rdma(rdma, None, Some(to)).await {
+                // The RDMA device did not move: only the netdev comes home.
+                let netdev_only = NetdevMove {
+                    rdma_device: None,
+                    ..record.clone()
+                };
+                self.bring_home(key, &netdev_only).await;
+                return Err(format!(
+                    "claim {}/{} device {}: {error}",
+                    want.claim.namespace, want.claim.name, want.device.device
+                ));
+            }
         }
         crate::node::faults::hit(crate::node::faults::Point::AttachAfterMove);
         record.phase = MovePhase::InPod;
@@ -176,6 +208,20 @@ impl Sandboxes {
     /// is home (failures are logged and the move kept, to retry).
     async fn bring_home(&self, key: &str, moved: &NetdevMove) -> bool {
         let netns = Path::new(&moved.netns);
+        if let Some(rdma) = &moved.rdma_device {
+            let from = Some(netns.to_path_buf());
+            match self.move_rdma(rdma, from, None).await {
+                // Home already, or its namespace is gone (the kernel then
+                // returns it to the host's).
+                Ok(()) | Err(RdmaError::NotFound(_)) => {}
+                Err(RdmaError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::error!(key, rdma, %error, "cannot bring the RDMA device home; will retry");
+                    return false;
+                }
+            }
+        }
         if let Err(error) = netdev::detach(&moved.host, Some(netns), &self.sysfs).await {
             tracing::error!(key, netdev = %moved.host.host_name, %error, "cannot bring the netdev home; will retry");
             return false;
@@ -186,6 +232,50 @@ impl Sandboxes {
             return false;
         }
         true
+    }
+
+    /// The RDMA device to move with the netdev: the NIC's (today's name,
+    /// by PCI address) when the host's RDMA netns mode is exclusive.
+    async fn rdma_to_move(
+        &self,
+        want: &Wanted,
+        pci: Option<&str>,
+    ) -> Result<Option<String>, RdmaError> {
+        let recorded = want
+            .device
+            .identity
+            .as_ref()
+            .and_then(|i| i.rdma_device.clone());
+        let today = pci.and_then(|pci| rdma_device_of(&self.sysfs, pci));
+        let Some(name) = today.or(recorded) else {
+            return Ok(None);
+        };
+        let rdma = self.rdma.clone();
+        let mode = tokio::task::spawn_blocking(move || rdma.mode())
+            .await
+            .unwrap_or_else(|e| Err(RdmaError::Malformed(e.to_string())));
+        match mode {
+            Ok(NetnsMode::Exclusive) => Ok(Some(name)),
+            Ok(NetnsMode::Shared) => Ok(None),
+            // No RDMA subsystem: no RDMA device to move.
+            Err(RdmaError::Unavailable(error)) => {
+                tracing::debug!(%error, "no RDMA netlink: the RDMA device stays");
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn move_rdma(
+        &self,
+        name: &str,
+        from: Option<PathBuf>,
+        to: Option<PathBuf>,
+    ) -> Result<(), RdmaError> {
+        let (rdma, name) = (self.rdma.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || rdma.move_device(&name, from.as_deref(), to.as_deref()))
+            .await
+            .unwrap_or_else(|e| Err(RdmaError::Malformed(e.to_string())))
     }
 
     /// Brings home every netdev moved into pod `pod_uid`.
@@ -266,6 +356,18 @@ impl Sandboxes {
             let _ = status.send(job);
         }
     }
+}
+
+/// The RDMA device of PCI function `pci` in sysfs
+/// (`bus/pci/devices/<pci>/infiniband/<name>`).
+fn rdma_device_of(sysfs: &Path, pci: &str) -> Option<String> {
+    let dir = sysfs.join("bus/pci/devices").join(pci).join("infiniband");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names.into_iter().next()
 }
 
 /// A moved netdev's network data inside the pod.

@@ -77,6 +77,19 @@ impl Net {
             .collect()
     }
 
+    /// The names of the links in `ns` (`None`: the host).
+    pub fn links(ns: Option<&str>) -> Vec<String> {
+        let mut args = vec!["-j"];
+        if let Some(ns) = ns {
+            args.extend(["-n", ns]);
+        }
+        args.extend(["link", "show"]);
+        let all: Vec<Value> = serde_json::from_str(&ip(&args)).unwrap_or_default();
+        all.iter()
+            .filter_map(|l| l["ifname"].as_str().map(str::to_string))
+            .collect()
+    }
+
     pub fn has_link(&self, ns: Option<&str>, link: &str) -> bool {
         let all = self.json(ns, &["link", "show"]);
         all.iter().any(|l| l["ifname"] == link)

@@ -59,6 +59,10 @@ pub struct NetdevMove {
     pub phase: MovePhase,
     /// What the host had, to restore it.
     pub host: crate::node::netdev::Attached,
+    /// The RDMA device that moves with the netdev (the kernel's exclusive
+    /// RDMA netns mode), by its name at the move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_device: Option<String>,
 }
 
 /// How far a move got.
