@@ -124,6 +124,19 @@ async fn policies_in_force(bed: &Testbed) {
 /// The controller as a process, killed when dropped.
 pub struct Controller(Child);
 
+impl Controller {
+    /// Stops it as Kubernetes does (SIGTERM) and waits for it to exit.
+    pub fn terminate(&mut self) {
+        let pid = self.0.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(
+            sent.is_ok_and(|s| s.success()),
+            "cannot signal the controller"
+        );
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Controller {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -134,6 +147,15 @@ impl Drop for Controller {
 /// Starts the controller with the chart's controller identity (its RBAC
 /// judged by the real API server), its Lease in the chart's namespace.
 pub async fn start_controller(bed: &Testbed, log: &std::path::Path) -> Controller {
+    start_controller_as(bed, log, "test-1").await
+}
+
+/// Like [`start_controller`], as replica `identity` in the Lease.
+pub async fn start_controller_as(
+    bed: &Testbed,
+    log: &std::path::Path,
+    identity: &str,
+) -> Controller {
     let account = format!("{}-controller", crate::support::RELEASE);
     let ns = crate::support::NAMESPACE;
     let token = cluster::account_token(&bed.client().await, ns, &account).await;
@@ -141,7 +163,7 @@ pub async fn start_controller(bed: &Testbed, log: &std::path::Path) -> Controlle
     let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
         .args(["--log", "info", "controller", "--kubeconfig"])
         .arg(kubeconfig)
-        .args(["--namespace", ns, "--identity", "test-1"])
+        .args(["--namespace", ns, "--identity", identity])
         .args(["--resync-interval", "1"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
