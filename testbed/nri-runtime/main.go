@@ -139,7 +139,9 @@ func main() {
 	}
 }
 
-// running is the set of pod sandboxes the runtime reports to Synchronize.
+// running is the set of pod sandboxes the runtime reports to Synchronize:
+// running ones with their network namespace, stopped ones without, until
+// removed.
 type running struct {
 	mu   sync.Mutex
 	byID map[string]*nri.PodSandbox
@@ -149,6 +151,17 @@ func (r *running) add(p *nri.PodSandbox) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.byID[p.Id] = p
+}
+
+// stopped keeps a stopped sandbox listed without its network namespace,
+// as containerd lists NotReady sandboxes until they are removed.
+func (r *running) stopped(p *nri.PodSandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.byID[p.Id]; !ok {
+		return
+	}
+	r.byID[p.Id] = &nri.PodSandbox{Id: p.Id, Name: p.Name, Uid: p.Uid, Namespace: p.Namespace}
 }
 
 func (r *running) remove(id string) {
@@ -202,8 +215,9 @@ func serve() error {
 	defer os.RemoveAll(empty)
 
 	obs := newObserver()
-	// A plugin that (re)connects learns the pods running now, as from a
-	// real runtime: those of --sync-pods and of run-pod, less stopped ones.
+	// A plugin that (re)connects learns the sandboxes as from a real
+	// runtime: those of --sync-pods and of run-pod, stopped ones without
+	// their namespace, removed ones gone.
 	syncFn := func(ctx context.Context, cb nri.SyncCB) error {
 		_, err := cb(ctx, pods.list(), nil)
 		return err
@@ -274,10 +288,11 @@ func run(r *nri.Adaptation, obs *observer, pods *running, line []byte) map[strin
 	case "stop-pod":
 		req := &nri.StopPodSandboxRequest{Pod: c.Pod.sandbox()}
 		err = timed(func() error { return r.StopPodSandbox(ctx, req) })
-		pods.remove(req.Pod.Id)
+		pods.stopped(req.Pod)
 	case "remove-pod":
 		req := &nri.RemovePodSandboxRequest{Pod: c.Pod.sandbox()}
 		err = timed(func() error { return r.RemovePodSandbox(ctx, req) })
+		pods.remove(req.Pod.Id)
 	case "create-container":
 		ctr := &nri.Container{PodSandboxId: c.Pod.sandbox().Id}
 		if c.Container != nil {

@@ -121,9 +121,17 @@ impl Bed {
     }
 
     fn home(&self) -> bool {
+        let up = || {
+            let link = &self.net.json(None, &["link", "show", &self.net.nic])[0];
+            link["flags"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "UP"))
+                && link["mtu"] == 1500
+        };
         !self.net.has_link(Some(&self.net.pod), "net1")
             && self.net.has_link(None, &self.net.nic)
             && self.net.addresses(None, &self.net.nic) == ["10.77.0.5/24"]
+            && up()
     }
 
     /// The moves the checkpoint records, as `phase` strings.
@@ -264,4 +272,84 @@ async fn a_crash_at_any_step_of_a_move_converges_after_restart() {
         }
         println!("kill point {name}: converged");
     }
+}
+
+/// A second network namespace for a pod's replacement sandbox.
+struct SecondNetns(String);
+
+impl SecondNetns {
+    fn new(tag: &str) -> SecondNetns {
+        let name = format!("ainic-pod2-{tag}-{}", std::process::id() % 100_000);
+        netns_support::ip(&["netns", "add", &name]);
+        SecondNetns(name)
+    }
+
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for SecondNetns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .output();
+    }
+}
+
+/// The kubelet replaces a pod's sandbox (new ID, new namespace) and only
+/// then stops and removes the old one: the netdev follows the pod into the
+/// new sandbox and stays there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_sandbox_keeps_the_netdev_when_the_old_one_is_removed() {
+    let mut bed = Bed::new("r").await;
+    let agent = bed.connected_agent(None).await;
+    bed.prepare().await;
+    let old = bed.sandbox();
+    assert_eq!(bed.runtime.pod_event("run-pod", &old).await["ok"], true);
+    assert!(bed.in_pod());
+    let second = SecondNetns::new("r");
+    let new = pod("sandbox-2", POD_UID, &second.path());
+    let started = bed.runtime.pod_event("run-pod", &new).await;
+    assert_eq!(started["ok"], true, "{started} {}", log(&agent));
+    let in_new = |bed: &Bed| bed.net.has_link(Some(&second.0), "net1");
+    assert!(in_new(&bed) && !bed.net.has_link(Some(&bed.net.pod), "net1"));
+    for op in ["stop-pod", "remove-pod"] {
+        let result = bed.runtime.pod_event(op, &old).await;
+        assert_eq!(result["ok"], true, "{op}: {result}");
+        assert!(
+            in_new(&bed),
+            "{op} of the old sandbox took the netdev: {}",
+            log(&agent)
+        );
+    }
+    assert_eq!(bed.moves(), ["inPod"]);
+    assert_eq!(bed.runtime.pod_event("stop-pod", &new).await["ok"], true);
+    assert!(bed.home(), "{}", log(&agent));
+}
+
+/// A pod that has a link of the planned name already keeps it: nothing
+/// moves, the sandbox fails with the reason, the NIC stays home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_taken_in_the_pod_refuses_the_move_and_leaves_the_pods_link() {
+    let mut bed = Bed::new("c").await;
+    let _agent = bed.connected_agent(None).await;
+    bed.prepare().await;
+    let pod = bed.net.pod.clone();
+    netns_support::ip(&[
+        "-n", &pod, "link", "add", "net1", "type", "veth", "peer", "name", "other1",
+    ]);
+    let refused = bed.runtime.pod_event("run-pod", &bed.sandbox()).await;
+    assert_eq!(refused["ok"], false, "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains("default/moved") && error.contains("there already"),
+        "{error}"
+    );
+    assert!(
+        bed.net.has_link(Some(&bed.net.pod), "net1"),
+        "the pod's own link is gone"
+    );
+    assert!(bed.net.has_link(None, &bed.net.nic));
+    assert!(bed.moves().is_empty());
 }

@@ -19,7 +19,6 @@ use ainic_dra::node::rdma_netns::{NetnsMode, RdmaError, RdmaNetns};
 use ainic_dra::node::sandbox::Sandboxes;
 use dra_model::netdev::NetdevSettings;
 use netns_support::Net;
-use nri::PodHooks;
 use nri::api::{LinuxNamespace, LinuxPodSandbox, PodSandbox};
 
 /// Records each move as `name from -> to` with whether the pod had the
@@ -129,9 +128,9 @@ async fn in_exclusive_mode_the_rdma_device_moves_after_the_netdev_and_home_befor
     let dir = tempfile::tempdir().unwrap();
     let (hooks, fake) = hooks(&net, dir.path(), NetnsMode::Exclusive, false).await;
     let pod = sandbox_pod(&net);
-    hooks.run_pod_sandbox(pod.clone()).await.unwrap();
+    hooks.run(&pod).await.unwrap();
     assert!(Net::links(Some(&net.pod)).contains(&"net1".to_string()));
-    hooks.stop_pod_sandbox(pod).await;
+    hooks.detach_sandbox(&pod.id, &pod.uid).await;
     assert!(Net::links(None).contains(&net.nic));
     let pod_path = net.pod_path().display().to_string();
     assert_eq!(
@@ -149,8 +148,8 @@ async fn in_shared_mode_the_rdma_device_stays() {
     let dir = tempfile::tempdir().unwrap();
     let (hooks, fake) = hooks(&net, dir.path(), NetnsMode::Shared, false).await;
     let pod = sandbox_pod(&net);
-    hooks.run_pod_sandbox(pod.clone()).await.unwrap();
-    hooks.stop_pod_sandbox(pod).await;
+    hooks.run(&pod).await.unwrap();
+    hooks.detach_sandbox(&pod.id, &pod.uid).await;
     assert!(fake.log.lock().unwrap().is_empty());
     assert!(Net::links(None).contains(&net.nic));
 }
@@ -160,7 +159,7 @@ async fn a_refused_rdma_move_brings_the_netdev_home_and_fails_the_sandbox() {
     let net = Net::new("z");
     let dir = tempfile::tempdir().unwrap();
     let (hooks, _fake) = hooks(&net, dir.path(), NetnsMode::Exclusive, true).await;
-    let err = hooks.run_pod_sandbox(sandbox_pod(&net)).await.unwrap_err();
+    let err = hooks.run(&sandbox_pod(&net)).await.unwrap_err().to_string();
     assert!(
         err.contains("ionic_7") && err.contains("default/c"),
         "{err}"

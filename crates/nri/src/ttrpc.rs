@@ -275,7 +275,9 @@ async fn answer<S: Service>(service: &S, payload: &[u8]) -> Response {
     }
 }
 
-type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Response>>>>;
+/// Calls waiting for their answer; `None` once the connection closed, so
+/// a later call fails at once instead of waiting out its timeout.
+type Pending = Arc<Mutex<Option<HashMap<u32, oneshot::Sender<Response>>>>>;
 
 /// The calling side of a connection.
 pub struct Client {
@@ -288,7 +290,7 @@ pub struct Client {
 impl Client {
     /// A client on `conn`; starts the task that reads its answers.
     pub fn new(conn: Conn) -> Client {
-        let pending: Pending = Arc::default();
+        let pending: Pending = Arc::new(Mutex::new(Some(HashMap::new())));
         tokio::spawn(read_answers(Reader::new(conn.incoming), pending.clone()));
         Client {
             id: conn.id,
@@ -315,14 +317,19 @@ impl Client {
             metadata: Vec::new(),
         };
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().await.insert(stream, tx);
+        match self.pending.lock().await.as_mut() {
+            Some(pending) => pending.insert(stream, tx),
+            None => return Err(TtrpcError::Closed),
+        };
         let bytes = encode(stream, TYPE_REQUEST, &request.encode_to_vec());
         self.trunk.send(self.id, &bytes).await?;
         let response = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => return Err(TtrpcError::Closed),
             Err(_) => {
-                self.pending.lock().await.remove(&stream);
+                if let Some(pending) = self.pending.lock().await.as_mut() {
+                    pending.remove(&stream);
+                }
                 let method = method.to_string();
                 return Err(TtrpcError::Timeout { method, timeout });
             }
@@ -351,7 +358,12 @@ async fn read_answers(mut reader: Reader, pending: Pending) {
         if frame.kind != TYPE_RESPONSE {
             continue;
         }
-        let Some(tx) = pending.lock().await.remove(&frame.stream) else {
+        let waiting = pending
+            .lock()
+            .await
+            .as_mut()
+            .and_then(|p| p.remove(&frame.stream));
+        let Some(tx) = waiting else {
             tracing::debug!(stream = frame.stream, "nri: answer to no pending call");
             continue;
         };
@@ -362,8 +374,9 @@ async fn read_answers(mut reader: Reader, pending: Pending) {
             Err(e) => tracing::warn!(error = %e, "nri: undecodable answer"),
         }
     }
-    // Dropping the senders fails every pending call with `Closed`.
-    pending.lock().await.clear();
+    // Dropping the senders fails every pending call with `Closed`, and
+    // later calls fail at once.
+    pending.lock().await.take();
 }
 
 #[cfg(test)]

@@ -74,6 +74,18 @@ pub enum NetdevError {
         #[source]
         source: std::io::Error,
     },
+    /// The pod has a link of the planned name already: nothing moved.
+    #[error(
+        "netdev {netdev}: cannot move into {netns} as {name}: a link of that name is there already"
+    )]
+    Clash {
+        /// The netdev.
+        netdev: String,
+        /// The pod's namespace.
+        netns: String,
+        /// The planned name.
+        name: String,
+    },
     /// The netdev is not where it should be.
     #[error("netdev {netdev}: {message}")]
     Missing {
@@ -295,13 +307,10 @@ pub async fn attach(
         "cannot open a netlink socket in the pod's namespace",
     ))?;
     if find(&pod, &plan.name).await?.is_some() {
-        return Err(NetdevError::Missing {
+        return Err(NetdevError::Clash {
             netdev: host_name.to_string(),
-            message: format!(
-                "cannot move into {} as {}: a link of that name is there already",
-                netns.display(),
-                plan.name
-            ),
+            netns: netns.display().to_string(),
+            name: plan.name.clone(),
         });
     }
     (host
@@ -392,12 +401,16 @@ pub async fn detach(
     configure(&host, index, name, &attached.host_addresses, &[]).await
 }
 
-/// A netdev the kernel returned from a dead namespace: under its pod name,
-/// or under any name with its PCI address; renamed to its host name.
+/// A netdev the kernel returned from a dead namespace: by its PCI address
+/// (under any name), else under its pod name; renamed to its host name.
+/// With a PCI address known, a link of the pod name that is another
+/// device (the host's own `eth1`, say) is never taken.
 async fn returned(host: &Handle, attached: &Attached, sysfs: &Path) -> Result<u32, NetdevError> {
-    let by_pci = (attached.pci_address.as_deref()).and_then(|pci| netdev_with_pci(sysfs, pci));
-    let candidates = [Some(attached.pod_name.clone()), by_pci];
-    for candidate in candidates.into_iter().flatten() {
+    let pci = attached.pci_address.as_deref();
+    let by_pci = pci.and_then(|pci| netdev_with_pci(sysfs, pci));
+    let by_name = Some(attached.pod_name.clone())
+        .filter(|name| pci.is_none() || pci_address(sysfs, name).as_deref() == pci);
+    for candidate in [by_pci, by_name].into_iter().flatten() {
         if let Some((index, _)) = find(host, &candidate).await? {
             let renamed = LinkUnspec::new_with_index(index)
                 .down()

@@ -118,6 +118,11 @@ async fn a_closed_connection_fails_pending_calls() {
         .await
         .unwrap_err();
     assert!(matches!(err, TtrpcError::Closed), "{err}");
+    // A call after the close fails at once, not after its timeout.
+    let later = client
+        .call::<_, Bytes>("Echo", "Say", &Bytes::default(), Duration::from_secs(3600))
+        .await;
+    assert!(matches!(later, Err(TtrpcError::Closed)));
 }
 
 #[tokio::test]

@@ -53,6 +53,10 @@ pub fn move_key(claim_uid: &str, device: &str) -> String {
 pub struct NetdevMove {
     /// UID of the pod.
     pub pod_uid: String,
+    /// The sandbox the netdev went into (a pod's sandbox may be replaced
+    /// while the pod lives).
+    #[serde(default)]
+    pub sandbox_id: String,
     /// The pod's network namespace.
     pub netns: String,
     /// How far the move got.
@@ -69,13 +73,13 @@ pub struct NetdevMove {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum MovePhase {
-    /// Recorded, then the move began; it may have stopped anywhere (the
-    /// netdev on the host, in the pod unconfigured, or in the pod).
-    /// Entered before the first netlink request; left when the netdev is
-    /// configured in the pod ([`MovePhase::InPod`]) or home again
-    /// (forgotten).
+    /// In transit, either way: it may have stopped anywhere (on the host,
+    /// in the pod unconfigured or configured). Entered before the first
+    /// netlink request of a move in or home; left when the netdev is
+    /// configured in the pod ([`MovePhase::InPod`]) or home (forgotten).
     Moving,
-    /// In the pod, configured. Left when it is home again (forgotten).
+    /// In the pod, configured. Left for [`MovePhase::Moving`] before it
+    /// leaves the pod.
     InPod,
 }
 

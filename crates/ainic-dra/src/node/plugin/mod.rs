@@ -310,12 +310,15 @@ impl Driver {
         if planned.is_empty() {
             return Ok(None);
         }
-        let hooks = self.parts.sandboxes.as_ref().is_some_and(|s| s.serving());
+        let not_ready = match &self.parts.sandboxes {
+            Some(sandboxes) => sandboxes.not_ready(),
+            None => Some("it is off on this node"),
+        };
         if let Some(p) = planned.iter().find(|p| p.netdev.is_some())
-            && !hooks
+            && let Some(why) = not_ready
         {
             anyhow::bail!(
-                "claim {}/{}: request {} is in exclusive netdev mode, which needs the node agent's NRI plugin (--nri-socket, chart netdevMode.enabled); it is off on this node",
+                "claim {}/{}: request {} is in exclusive netdev mode, which needs the node agent's NRI plugin (--nri-socket, chart netdevMode.enabled): {why}",
                 claim.namespace,
                 claim.name,
                 p.request
@@ -431,6 +434,11 @@ impl Driver {
     /// container is created with a device number from the past. Whether
     /// the file was rewritten.
     async fn refresh_recorded(&self, uid: &str, record: &PreparedClaim) -> anyhow::Result<bool> {
+        // A netdev (and maybe its RDMA device) in a pod is gone from the
+        // host's view: the spec stays as prepared while the pod has them.
+        if (self.parts.sandboxes.as_ref()).is_some_and(|s| s.has_moves(uid)) {
+            return Ok(false);
+        }
         let inventory = self.parts.inventory.borrow().clone();
         let content = match respec::rebuild(uid, record, &inventory, &self.parts.dev) {
             Ok(content) => content,
@@ -522,12 +530,11 @@ impl Driver {
         };
         // A netdev still in a pod (its sandbox stop was missed) comes home
         // before the claim is forgotten; failing that, the kubelet retries.
-        if let Some(sandboxes) = &self.parts.sandboxes {
-            sandboxes
-                .detach_claim(&claim.uid)
-                .await
-                .map_err(anyhow::Error::msg)?;
-        }
+        // The guard keeps the hooks from moving it out again meanwhile.
+        let _no_moves = match &self.parts.sandboxes {
+            Some(sandboxes) => Some(sandboxes.detach_claim(&claim.uid).await?),
+            None => None,
+        };
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
         if let Some(parts) = &self.parts.metadata {

@@ -1,0 +1,478 @@
+//! Exclusive netdev mode at pod sandbox events (the NRI plugin's hooks,
+//! [`hooks`]): a prepared claim's netdevs move into the pod's network
+//! namespace when its sandbox runs, and come home when that sandbox stops.
+//!
+//! Prepare did the slow part (resolving names, checking the settings, the
+//! one pod the claim is for); a hook only moves. The attach mode is a
+//! closed set of two (`rdma`: nothing moves; `netdev`: this module), so it
+//! is the [`crate::node::checkpoint::PreparedDevice::netdev`] option that
+//! prepare fills, not a trait with one real implementation.
+//!
+//! Every move is recorded in the checkpoint before the netdev leaves the
+//! host ([`MovePhase::Moving`]), marked [`MovePhase::InPod`] once
+//! configured there, marked moving again before it leaves the pod, and
+//! forgotten once home ([`Sandboxes::set_phase`] is the one place the
+//! phase changes). An agent killed at any point finds on restart what to
+//! bring home: the runtime's `Synchronize` lists its sandboxes; a move
+//! whose sandbox is not running with its namespace, or that stopped
+//! half-way, is undone (the netdev is looked for in the pod, then on the
+//! host by PCI address and pod name), and running sandboxes get what they
+//! lack. Unprepare brings a claim's netdevs home too. Moves belong to a
+//! sandbox, not a pod: the kubelet stops and removes a pod's old sandbox
+//! while its new one runs.
+//!
+//! In the kernel's exclusive RDMA netns mode the NIC's RDMA device moves
+//! with its netdev ([`crate::node::rdma_netns`]): in after the netdev,
+//! home before it.
+//!
+//! One lock serialises all moves: hooks take tens of milliseconds, and two
+//! moves of the same netdev must never interleave.
+
+pub mod error;
+pub mod hooks;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nri::api::PodSandbox;
+use tokio::sync::{Mutex, MutexGuard, mpsc};
+
+pub use error::SandboxError;
+pub use hooks::follow_runtime;
+
+use crate::node::checkpoint::store::CheckpointStore;
+use crate::node::checkpoint::{MovePhase, NetdevDevice, NetdevMove, PreparedDevice, move_key};
+use crate::node::faults::{self, Point};
+use crate::node::netdev;
+use crate::node::plugin::ClaimRef;
+use crate::node::plugin::status::{NetworkData, StatusJob};
+use crate::node::rdma_netns::{NetnsMode, RdmaError, RdmaNetns};
+
+/// The pod sandbox hooks of one node agent.
+pub struct Sandboxes {
+    store: Arc<CheckpointStore>,
+    sysfs: PathBuf,
+    status: Option<mpsc::UnboundedSender<StatusJob>>,
+    moving: Mutex<()>,
+    enabled: bool,
+    synced: AtomicBool,
+    rdma: Arc<dyn RdmaNetns>,
+}
+
+/// A device of a prepared claim that moves into a pod.
+struct Wanted {
+    claim: ClaimRef,
+    devices: Vec<PreparedDevice>,
+    device: PreparedDevice,
+    netdev: NetdevDevice,
+}
+
+impl Wanted {
+    fn label(&self) -> String {
+        format!("{}/{}", self.claim.namespace, self.claim.name)
+    }
+}
+
+/// A pod sandbox as the hooks need it.
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    /// The sandbox ID.
+    pub id: String,
+    /// The pod's UID.
+    pub pod_uid: String,
+    /// The sandbox's network namespace.
+    pub netns: PathBuf,
+}
+
+impl Sandbox {
+    /// The sandbox of `pod`, if it has a network namespace.
+    pub fn of(pod: &PodSandbox) -> Option<Sandbox> {
+        Some(Sandbox {
+            id: pod.id.clone(),
+            pod_uid: pod.uid.clone(),
+            netns: PathBuf::from(nri::network_namespace(pod)?),
+        })
+    }
+}
+
+/// Whether `moved` belongs to sandbox `id` of pod `pod_uid` (records from
+/// before sandbox IDs were kept go by the pod).
+fn belongs(moved: &NetdevMove, id: &str, pod_uid: &str) -> bool {
+    if moved.sandbox_id.is_empty() {
+        moved.pod_uid == pod_uid
+    } else {
+        moved.sandbox_id == id
+    }
+}
+
+impl Sandboxes {
+    /// Hooks over the agent's checkpoint; `sysfs` finds netdevs by PCI
+    /// address; `status` gets the moved devices' network data; `enabled`
+    /// says whether an NRI plugin runs (without one, claims in netdev mode
+    /// are refused at prepare); `rdma` moves RDMA devices
+    /// ([`crate::node::rdma_netns::Kernel`] but in tests).
+    pub fn new(
+        store: Arc<CheckpointStore>,
+        sysfs: &Path,
+        status: Option<mpsc::UnboundedSender<StatusJob>>,
+        enabled: bool,
+        rdma: Arc<dyn RdmaNetns>,
+    ) -> Sandboxes {
+        Sandboxes {
+            store,
+            sysfs: sysfs.to_path_buf(),
+            status,
+            moving: Mutex::new(()),
+            enabled,
+            synced: AtomicBool::new(false),
+            rdma,
+        }
+    }
+
+    /// Why claims in netdev mode cannot be prepared now, if they cannot:
+    /// no NRI plugin, or one the runtime has not synchronized (its NRI
+    /// may be off).
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if !self.enabled {
+            Some("it is off on this node")
+        } else if !self.synced.load(Ordering::Relaxed) {
+            Some("the container runtime has not synchronized it (is NRI enabled in the runtime?)")
+        } else {
+            None
+        }
+    }
+
+    /// Whether a move of claim `claim_uid` is recorded (its spec then
+    /// stays as prepared: the devices are the pod's).
+    pub fn has_moves(&self, claim_uid: &str) -> bool {
+        let prefix = format!("{claim_uid}/");
+        self.store.moves().keys().any(|k| k.starts_with(&prefix))
+    }
+
+    /// The netdev-mode devices of prepared claims reserved for `pod_uid`.
+    fn wanted(&self, pod_uid: &str) -> Vec<Wanted> {
+        let mut out = Vec::new();
+        for (uid, record) in self.store.snapshot().claims {
+            for device in &record.devices {
+                let Some(netdev) = device.netdev.clone().filter(|n| n.pod_uid == pod_uid) else {
+                    continue;
+                };
+                out.push(Wanted {
+                    claim: ClaimRef::of(&uid, &record),
+                    devices: record.devices.clone(),
+                    device: device.clone(),
+                    netdev,
+                });
+            }
+        }
+        out
+    }
+
+    /// Moves every netdev the pod's claims want into `sandbox`; on a
+    /// failure brings back what it moved and says which netdev failed.
+    pub async fn attach_sandbox(&self, sandbox: &Sandbox) -> Result<(), SandboxError> {
+        let _held = self.moving.lock().await;
+        let wanted = self.wanted(&sandbox.pod_uid);
+        let mut done: Vec<String> = Vec::new();
+        for want in &wanted {
+            let key = move_key(&want.claim.uid, &want.device.device);
+            if let Err(error) = self.attach_one(&key, want, sandbox).await {
+                for key in &done {
+                    if let Some(moved) = self.store.moves().remove(key.as_str()) {
+                        self.bring_home(key, moved).await;
+                    }
+                }
+                return Err(error);
+            }
+            done.push(key);
+        }
+        self.report_in_pod(&wanted);
+        Ok(())
+    }
+
+    async fn attach_one(
+        &self,
+        key: &str,
+        want: &Wanted,
+        sandbox: &Sandbox,
+    ) -> Result<(), SandboxError> {
+        let netns = sandbox.netns.display().to_string();
+        match self.store.moves().remove(key) {
+            // A retried hook: it is there already.
+            Some(m) if m.phase == MovePhase::InPod && m.netns == netns => return Ok(()),
+            // Left half-way, or in another sandbox: home first.
+            Some(m) if !self.bring_home(key, m.clone()).await => {
+                return Err(SandboxError::StillAway {
+                    claim: want.label(),
+                    netdev: m.host.host_name,
+                    pod: m.pod_uid,
+                });
+            }
+            _ => {}
+        }
+        let netdev_error = |source| SandboxError::Netdev {
+            claim: want.label(),
+            device: want.device.device.clone(),
+            source,
+        };
+        let pci = (want.device.identity.as_ref()).map(|i| i.pci_address.as_str());
+        let host_name = pci
+            .and_then(|pci| netdev::host_netdev(&self.sysfs, pci))
+            .unwrap_or_else(|| want.netdev.host_name.clone());
+        let plan = &want.netdev.plan;
+        let host = (netdev::survey(&host_name, plan, &self.sysfs).await).map_err(netdev_error)?;
+        let rdma_device = self.rdma_to_move(want, pci).await?;
+        let mut record = NetdevMove {
+            pod_uid: sandbox.pod_uid.clone(),
+            sandbox_id: sandbox.id.clone(),
+            netns,
+            phase: MovePhase::Moving,
+            host,
+            rdma_device,
+        };
+        self.set_phase(key, &mut record, Some(MovePhase::Moving))
+            .await?;
+        faults::hit(Point::AttachAfterRecord);
+        if let Err(error) = netdev::attach(&record.host, &sandbox.netns, plan, &self.sysfs).await {
+            if matches!(error, netdev::NetdevError::Clash { .. }) {
+                // Nothing moved, and the pod's link of that name is its own.
+                self.set_phase(key, &mut record, None).await?;
+            } else {
+                self.bring_home(key, record).await;
+            }
+            return Err(netdev_error(error));
+        }
+        if let Some(rdma) = record.rdma_device.clone()
+            && let Err(source) = self.move_rdma(&rdma, None, Some(&sandbox.netns)).await
+        {
+            // The RDMA device did not move: only the netdev comes home.
+            record.rdma_device = None;
+            self.bring_home(key, record).await;
+            return Err(SandboxError::Rdma {
+                claim: want.label(),
+                device: want.device.device.clone(),
+                source,
+            });
+        }
+        faults::hit(Point::AttachAfterMove);
+        self.set_phase(key, &mut record, Some(MovePhase::InPod))
+            .await
+    }
+
+    /// The one place a move's phase changes: records `record` in `phase`,
+    /// or forgets it (`None`), durably.
+    async fn set_phase(
+        &self,
+        key: &str,
+        record: &mut NetdevMove,
+        phase: Option<MovePhase>,
+    ) -> Result<(), SandboxError> {
+        let entry = phase.map(|phase| {
+            record.phase = phase;
+            record.clone()
+        });
+        (self.store.record_move(key, entry).await).map_err(|source| SandboxError::Record {
+            key: key.to_string(),
+            source,
+        })
+    }
+
+    /// Moves the netdev (and RDMA device) of `moved` home and forgets the
+    /// move; whether it is home (failures are logged and the move kept
+    /// as moving, to retry).
+    async fn bring_home(&self, key: &str, mut moved: NetdevMove) -> bool {
+        if moved.phase != MovePhase::Moving
+            && let Err(error) = self
+                .set_phase(key, &mut moved, Some(MovePhase::Moving))
+                .await
+        {
+            tracing::error!(key, %error, "cannot record the move home; not moving");
+            return false;
+        }
+        let netns = Path::new(&moved.netns);
+        if let Some(rdma) = &moved.rdma_device {
+            match self.move_rdma(rdma, Some(netns), None).await {
+                // Home already, or its namespace is gone (the kernel then
+                // returns it to the host's).
+                Ok(()) | Err(RdmaError::NotFound(_)) => {}
+                Err(RdmaError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::error!(key, rdma, %error, "cannot bring the RDMA device home; will retry");
+                    return false;
+                }
+            }
+        }
+        if let Err(error) = netdev::detach(&moved.host, Some(netns), &self.sysfs).await {
+            tracing::error!(key, netdev = %moved.host.host_name, %error, "cannot bring the netdev home; will retry");
+            return false;
+        }
+        faults::hit(Point::DetachBeforeForget);
+        match self.set_phase(key, &mut moved, None).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(key, %error, "netdev home, but the checkpoint still records the move");
+                false
+            }
+        }
+    }
+
+    /// The RDMA device to move with the netdev: the NIC's (today's name,
+    /// by PCI address) when the host's RDMA netns mode is exclusive.
+    async fn rdma_to_move(
+        &self,
+        want: &Wanted,
+        pci: Option<&str>,
+    ) -> Result<Option<String>, SandboxError> {
+        let recorded = (want.device.identity.as_ref()).and_then(|i| i.rdma_device.clone());
+        let today = pci.and_then(|pci| rdma_device_of(&self.sysfs, pci));
+        let Some(name) = today.or(recorded) else {
+            return Ok(None);
+        };
+        let rdma = self.rdma.clone();
+        let mode = tokio::task::spawn_blocking(move || rdma.mode())
+            .await
+            .unwrap_or_else(|e| Err(RdmaError::Malformed(e.to_string())));
+        match mode {
+            Ok(NetnsMode::Exclusive) => Ok(Some(name)),
+            Ok(NetnsMode::Shared) => Ok(None),
+            // No RDMA subsystem: no RDMA device to move.
+            Err(RdmaError::Unavailable(error)) => {
+                tracing::debug!(%error, "no RDMA netlink: the RDMA device stays");
+                Ok(None)
+            }
+            Err(source) => Err(SandboxError::Rdma {
+                claim: want.label(),
+                device: want.device.device.clone(),
+                source,
+            }),
+        }
+    }
+
+    async fn move_rdma(
+        &self,
+        name: &str,
+        from: Option<&Path>,
+        to: Option<&Path>,
+    ) -> Result<(), RdmaError> {
+        let (rdma, name) = (self.rdma.clone(), name.to_string());
+        let (from, to) = (from.map(Path::to_path_buf), to.map(Path::to_path_buf));
+        tokio::task::spawn_blocking(move || rdma.move_device(&name, from.as_deref(), to.as_deref()))
+            .await
+            .unwrap_or_else(|e| Err(RdmaError::Malformed(e.to_string())))
+    }
+
+    /// Brings home every netdev moved into sandbox `id` of pod `pod_uid`.
+    pub async fn detach_sandbox(&self, id: &str, pod_uid: &str) {
+        let _held = self.moving.lock().await;
+        for (key, moved) in self.store.moves() {
+            if belongs(&moved, id, pod_uid) {
+                self.bring_home(&key, moved).await;
+            }
+        }
+    }
+
+    /// Brings home every netdev of claim `claim_uid` (before unprepare);
+    /// the guard keeps every hook out until the claim is forgotten.
+    pub async fn detach_claim(&self, claim_uid: &str) -> Result<MutexGuard<'_, ()>, SandboxError> {
+        let held = self.moving.lock().await;
+        let prefix = format!("{claim_uid}/");
+        for (key, moved) in self.store.moves() {
+            if key.starts_with(&prefix) && !self.bring_home(&key, moved.clone()).await {
+                return Err(SandboxError::StillAway {
+                    claim: claim_uid.to_string(),
+                    netdev: moved.host.host_name,
+                    pod: moved.pod_uid,
+                });
+            }
+        }
+        Ok(held)
+    }
+
+    /// Converges on the runtime's sandboxes: moves whose sandbox is not
+    /// running with its namespace, or that stopped half-way, are undone;
+    /// running sandboxes get their netdevs.
+    pub async fn synchronize(&self, pods: &[PodSandbox]) {
+        self.synced.store(true, Ordering::Relaxed);
+        // Runtimes list stopped sandboxes too: without a namespace
+        // (containerd) or with one that is gone (CRI-O).
+        let running: Vec<Sandbox> = (pods.iter().filter_map(Sandbox::of))
+            .filter(|s| s.netns.exists())
+            .collect();
+        {
+            let _held = self.moving.lock().await;
+            for (key, moved) in self.store.moves() {
+                let alive = running.iter().any(|s| {
+                    belongs(&moved, &s.id, &s.pod_uid) && s.netns == Path::new(&moved.netns)
+                });
+                if !alive || moved.phase == MovePhase::Moving {
+                    self.bring_home(&key, moved).await;
+                }
+            }
+        }
+        for sandbox in &running {
+            if self.wanted(&sandbox.pod_uid).is_empty() {
+                continue;
+            }
+            if let Err(error) = self.attach_sandbox(sandbox).await {
+                tracing::error!(pod_uid = %sandbox.pod_uid, sandbox = %sandbox.id, %error, "cannot move a running pod's netdev in");
+            }
+        }
+    }
+
+    /// Tells the status writer each claim's moved netdevs as the pod sees
+    /// them (one job per claim: the writer keeps a claim's last job).
+    fn report_in_pod(&self, wanted: &[Wanted]) {
+        let Some(status) = &self.status else { return };
+        let moves = self.store.moves();
+        let mut jobs: BTreeMap<&str, StatusJob> = BTreeMap::new();
+        for want in wanted {
+            let key = move_key(&want.claim.uid, &want.device.device);
+            let Some(moved) = moves.get(&key) else {
+                continue;
+            };
+            let job = jobs
+                .entry(want.claim.uid.as_str())
+                .or_insert_with(|| StatusJob::InPod {
+                    claim: want.claim.clone(),
+                    devices: want.devices.clone(),
+                    network: BTreeMap::new(),
+                });
+            if let StatusJob::InPod { network, .. } = job {
+                network.insert(want.device.device.clone(), pod_view(&want.netdev, moved));
+            }
+        }
+        for job in jobs.into_values() {
+            let _ = status.send(job);
+        }
+    }
+}
+
+/// The RDMA device of PCI function `pci` in sysfs
+/// (`bus/pci/devices/<pci>/infiniband/<name>`).
+fn rdma_device_of(sysfs: &Path, pci: &str) -> Option<String> {
+    let dir = sysfs.join("bus/pci/devices").join(pci).join("infiniband");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+/// A moved netdev's network data inside the pod.
+fn pod_view(netdev: &NetdevDevice, moved: &NetdevMove) -> NetworkData {
+    let plan = &netdev.plan;
+    let ips = (plan.addresses.as_ref())
+        .unwrap_or(&moved.host.host_addresses)
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    NetworkData {
+        interface_name: Some(plan.name.clone()),
+        hardware_address: moved.host.mac.clone(),
+        ips,
+    }
+}
