@@ -180,3 +180,72 @@ fn deviceclasses_prints_the_shipped_classes() {
         ["ainic-pf", "ainic-vf", "ainic-shared", "ainic-fabric"]
     );
 }
+
+/// Sticky tenant binding (use case 4): the shared PF carries the binding
+/// and failure conditions only with `--sticky-tenants`, binding conditions
+/// on (1.36+ by default; off in 1.34) and no tenant from the config.
+#[test]
+fn sticky_conditions_only_with_binding_conditions_on_and_no_configured_tenant() {
+    const SHARED: &str = "pf-0000-04-00-0";
+    let conditions = |extra: &[&str]| -> Vec<(String, Vec<String>, Vec<String>)> {
+        let mut args = vec![
+            "--topology",
+            "mi300x-8gpu-8nic",
+            "--shared-pfs",
+            "0000:04:00.0",
+        ];
+        args.extend_from_slice(extra);
+        let (slices, _) = slices_json(&args);
+        (slices.iter().flat_map(|s| s.spec.devices.iter().flatten()))
+            .filter(|d| d.binding_conditions.is_some() || d.binding_failure_conditions.is_some())
+            .map(|d| {
+                let of = |c: &Option<Vec<String>>| c.clone().unwrap_or_default();
+                (
+                    d.name.clone(),
+                    of(&d.binding_conditions),
+                    of(&d.binding_failure_conditions),
+                )
+            })
+            .collect()
+    };
+    let on = conditions(&["--kubernetes-version", "1.37", "--sticky-tenants"]);
+    assert_eq!(
+        on,
+        [(
+            SHARED.to_string(),
+            vec!["ainic.amd.com/tenant-bound".to_string()],
+            vec!["ainic.amd.com/tenant-conflict".to_string()]
+        )]
+    );
+    assert!(conditions(&["--kubernetes-version", "1.37"]).is_empty());
+    let gates = "DRAConsumableCapacity=true";
+    let old = [
+        "--kubernetes-version",
+        "1.34",
+        "--feature-gates",
+        gates,
+        "--sticky-tenants",
+    ];
+    assert!(
+        conditions(&old).is_empty(),
+        "binding conditions are off in 1.34"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fabric.yaml");
+    std::fs::write(
+        &config,
+        "nodes:\n  node-a:\n    nics:\n      \"0000:04:00.0\": { tenant: team-a }\n",
+    )
+    .unwrap();
+    let fenced = [
+        "--kubernetes-version",
+        "1.37",
+        "--sticky-tenants",
+        "--fabric-config",
+        config.to_str().unwrap(),
+    ];
+    assert!(
+        conditions(&fenced).is_empty(),
+        "a configured tenant is not sticky"
+    );
+}
