@@ -49,7 +49,9 @@ hostBridges:
 
 /// A claim for the PF in netdev mode, reserved for pod [`POD_UID`].
 fn netdev_claim(world: &World) -> ClaimRef {
-    let settings = json!({"mode": "netdev", "netdev": {"interfaceName": "net1", "addresses": ["10.88.0.2/24"]}});
+    let settings = json!({"mode": "netdev", "netdev": {"interfaceName": "net1",
+        "addresses": ["10.88.0.2/24"],
+        "routes": [{"destination": "10.99.0.0/16", "gateway": "10.88.0.1"}]}});
     let claim: ResourceClaim = serde_json::from_value(json!({
         "metadata": {"namespace": "default", "name": "moved"},
         "spec": {"devices": {"requests": []}},
@@ -115,8 +117,13 @@ impl Bed {
 
     fn in_pod(&self) -> bool {
         let pod = Some(self.net.pod.as_str());
+        let routed = || {
+            let routes = self.net.json(pod, &["route", "show", "dev", "net1"]);
+            (routes.iter()).any(|r| r["dst"] == "10.99.0.0/16" && r["gateway"] == "10.88.0.1")
+        };
         self.net.has_link(pod, "net1")
             && self.net.addresses(pod, "net1") == ["10.88.0.2/24"]
+            && routed()
             && !self.net.has_link(None, &self.net.nic)
     }
 
