@@ -142,6 +142,25 @@ async fn in_exclusive_mode_the_rdma_device_moves_after_the_netdev_and_home_befor
     );
 }
 
+/// The RDMA device is moved by today's name, found by the NIC's PCI
+/// address: udev may have renamed it since prepare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rdma_device_is_found_by_pci_address_under_todays_name() {
+    let net = Net::new("w");
+    let dir = tempfile::tempdir().unwrap();
+    let today = dir
+        .path()
+        .join("sys/bus/pci/devices/0000:04:00.0/infiniband/rocep4s0");
+    std::fs::create_dir_all(today).unwrap();
+    let (hooks, fake) = hooks(&net, dir.path(), NetnsMode::Exclusive, false).await;
+    let pod = sandbox_pod(&net);
+    hooks.run(&pod).await.unwrap();
+    hooks.detach_sandbox(&pod.id, &pod.uid).await;
+    let log = fake.log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert!(log.iter().all(|l| l.starts_with("rocep4s0 ")), "{log:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_shared_mode_the_rdma_device_stays() {
     let net = Net::new("y");
