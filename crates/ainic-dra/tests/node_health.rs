@@ -13,7 +13,8 @@ const UNHEALTHY: i32 = 2;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_stream_reports_every_device_and_follows_a_link_going_down() {
     let world = World::new("mi300x-8gpu-8nic").await;
-    let _agent = world.start_agent_with(None, &["--refresh-interval", "1"]);
+    let _agent =
+        world.start_agent_with(None, &["--refresh-interval", "1", "--rescan-interval", "1"]);
     let kubelet = world.register().await;
     let mut stream = kubelet.watch_health().await.unwrap();
     let first = stream.message().await.unwrap().unwrap();
@@ -224,6 +225,8 @@ async fn health_v1_reports_a_link_down_then_up_and_the_taint_follows() {
     // Taints are published where the API server keeps them (gate on).
     let flags = [
         "--refresh-interval",
+        "1",
+        "--rescan-interval",
         "1",
         "--feature-gates",
         "DRADeviceTaints=true",

@@ -68,9 +68,16 @@ pub struct NodeArgs {
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = check_http_addr)]
     pub http_addr: String,
 
-    /// Seconds between re-reads of sysfs (health, inventory changes).
+    /// Seconds between health reports; also between re-reads of sysfs
+    /// when the kernel's link events or uevents cannot be had.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub refresh_interval: u64,
+
+    /// Seconds between re-reads of sysfs while the kernel's link events
+    /// and uevents arrive (each event re-reads it at once): the safety net
+    /// for facts no event announces (firmware version, NUMA).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub rescan_interval: u64,
 
     /// Seconds between checks of the published ResourceSlices against the
     /// API server when nothing changed; a check that finds them as
@@ -153,6 +160,7 @@ impl NodeArgs {
             state_dir: self.state_dir.clone(),
             http_addr: parse_http_addr(&self.http_addr).expect("checked by clap"),
             refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
+            rescan_every: Duration::from_secs(self.rescan_interval.max(1)),
             sweep_every: (self.orphan_sweep_interval > 0)
                 .then(|| Duration::from_secs(self.orphan_sweep_interval)),
             device_metadata: self.device_metadata,

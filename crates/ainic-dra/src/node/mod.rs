@@ -28,6 +28,7 @@ pub mod publisher;
 pub mod rdma_netns;
 pub mod sandbox;
 pub mod server_version;
+pub mod uevents;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -71,8 +72,11 @@ pub struct NodeConfig {
     pub state_dir: PathBuf,
     /// `/healthz`, `/readyz`, `/metrics`; `None` serves no HTTP.
     pub http_addr: Option<SocketAddr>,
-    /// Time between inventory refreshes.
+    /// Time between health reports (and rediscoveries without kernel
+    /// events).
     pub refresh_every: Duration,
+    /// Longest time between rediscoveries while kernel events arrive.
+    pub rescan_every: Duration,
     /// Time between orphan sweeps ([`plugin::sweep`]); `None` for none.
     pub sweep_every: Option<Duration>,
     /// Write device metadata for containers ([`metadata`]).
@@ -202,6 +206,8 @@ pub async fn start(
         reports: reports_tx,
         metrics: metrics.clone(),
         links: subscribe_links(),
+        uevents: subscribe_uevents(),
+        rescan_every: config.rescan_every,
     };
     refresher.report();
     tokio::spawn(refresher.run());
@@ -277,6 +283,16 @@ fn subscribe_links() -> Option<tokio::sync::mpsc::Receiver<publisher::LinkEvent>
         Ok(links) => Some(links),
         Err(error) => {
             tracing::warn!(%error, "no netlink link events; refreshing on the interval only");
+            None
+        }
+    }
+}
+
+fn subscribe_uevents() -> Option<tokio::sync::mpsc::Receiver<()>> {
+    match uevents::subscribe() {
+        Ok(events) => Some(events),
+        Err(error) => {
+            tracing::warn!(%error, "no uevents; rediscovering every refresh interval");
             None
         }
     }

@@ -1,6 +1,9 @@
-//! The refresh loop: re-reads sysfs every interval (no busy polling), hands
-//! a changed inventory to everyone who follows it (driver, publisher) and
-//! publishes a health report each time (the stream's heartbeat).
+//! The refresh loop: rediscovers sysfs when the kernel says something
+//! changed (netlink link events, uevents) and, as a safety net, every
+//! rescan interval; hands a changed inventory to everyone who follows it
+//! (driver, publisher) and publishes a health report every refresh
+//! interval (the stream's heartbeat). Without both event sources it
+//! rediscovers every refresh interval, as nothing else would tell it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +34,16 @@ pub struct Refresher {
     /// triggers a refresh at once instead of at the next tick, so a link
     /// going down reaches health, slices and the classic plugin quickly.
     pub links: Option<mpsc::Receiver<LinkEvent>>,
+    /// Kernel uevents of PCI, net and RDMA devices ([`crate::node::uevents`]).
+    pub uevents: Option<mpsc::Receiver<()>>,
+    /// Longest time between two discoveries while both event sources run.
+    pub rescan_every: Duration,
+}
+
+/// Whether a refresh tick rediscovers: always without both event sources,
+/// else once the last discovery is `rescan_every` old.
+pub fn rescan_due(events: bool, since_last: Duration, rescan_every: Duration) -> bool {
+    !events || since_last >= rescan_every
 }
 
 /// How long to wait for a burst of link events to end before refreshing.
@@ -76,15 +89,24 @@ impl Refresher {
         self.report();
     }
 
-    /// Refreshes forever, every interval and after each burst of link events.
+    /// Refreshes forever: rediscovers after each burst of kernel events
+    /// and when [`rescan_due`], reports health every interval.
     pub async fn run(mut self) {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
         let mut links = self.links.take();
+        let mut uevents = self.uevents.take();
+        let mut last = tokio::time::Instant::now();
         loop {
             tokio::select! {
-                _ = ticks.tick() => {}
+                _ = ticks.tick() => {
+                    let events = links.is_some() && uevents.is_some();
+                    if !rescan_due(events, last.elapsed(), self.rescan_every) {
+                        self.report();
+                        continue;
+                    }
+                }
                 event = next_link_event(&mut links) => {
                     match event {
                         Some(event) => {
@@ -92,20 +114,30 @@ impl Refresher {
                             settle(links.as_mut()).await;
                         }
                         None => {
-                            tracing::warn!("netlink link events ended; refreshing on the interval only");
+                            tracing::warn!("netlink link events ended; rediscovering every refresh interval");
                             links = None;
                             continue;
                         }
                     }
                 }
+                event = next_link_event(&mut uevents) => {
+                    if event.is_none() {
+                        tracing::warn!("uevents ended; rediscovering every refresh interval");
+                        uevents = None;
+                        continue;
+                    }
+                    tracing::debug!("uevent");
+                    settle(uevents.as_mut()).await;
+                }
             }
             self.refresh().await;
+            last = tokio::time::Instant::now();
         }
     }
 }
 
-/// The next link event; pending forever when there is no source.
-async fn next_link_event(links: &mut Option<mpsc::Receiver<LinkEvent>>) -> Option<LinkEvent> {
+/// The next event; pending forever when there is no source.
+async fn next_link_event<T>(links: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match links {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
@@ -113,7 +145,24 @@ async fn next_link_event(links: &mut Option<mpsc::Receiver<LinkEvent>>) -> Optio
 }
 
 /// Swallows the rest of a burst: returns once no event came for [`LINK_SETTLE`].
-async fn settle(links: Option<&mut mpsc::Receiver<LinkEvent>>) {
+async fn settle<T>(links: Option<&mut mpsc::Receiver<T>>) {
     let Some(rx) = links else { return };
     while let Ok(Some(_)) = tokio::time::timeout(LINK_SETTLE, rx.recv()).await {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_both_event_sources_a_tick_rediscovers_only_once_the_rescan_is_due() {
+        let (s, rescan) = (Duration::from_secs, Duration::from_secs(600));
+        assert!(!rescan_due(true, s(10), rescan));
+        assert!(rescan_due(true, s(600), rescan));
+        assert!(rescan_due(false, s(10), rescan), "no events: every tick");
+        assert!(
+            rescan_due(true, s(1), s(1)),
+            "--rescan-interval 1: every tick"
+        );
+    }
 }

@@ -1,0 +1,112 @@
+//! The node agent at rest on the large SR-IOV node (8 PFs × 256 VFs,
+//! rendered on tmpfs): the CPU time it takes over a quiet minute, read
+//! from `/proc/<pid>/stat`, and its RSS. Run twice: rediscovering every
+//! refresh interval (`--rescan-interval 10`, the behaviour before kernel
+//! events drove it) and with the defaults (events; a rescan every 600 s).
+//! Prints; asserts nothing.
+//!
+//! `cargo bench -p ainic-dra --bench idle` (env `IDLE_BENCH_SECONDS`,
+//! default 60).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+use testkit::apiserver::ApiServer;
+use testkit::kubelet::KubeletSim;
+
+const NODE: &str = "node-a";
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+fn rss(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    (status.lines().find(|l| l.starts_with("VmRSS:")))
+        .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn write_kubeconfig(path: &Path, server: &str) {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: s\n    user: u\ncurrent-context: c\n"
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+async fn idle(sysfs: &Path, seconds: u64, extra: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let api = ApiServer::start().await.unwrap();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
+    api.seed(&node);
+    let kubeconfig = tmp.path().join("kubeconfig");
+    write_kubeconfig(&kubeconfig, &api.url());
+    let registry = tmp.path().join("registry");
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(["node", "--node-name", NODE, "--http-addr", ""])
+        .arg("--sysfs-root")
+        .arg(sysfs)
+        .arg("--dev-root")
+        .arg(tmp.path().join("dev"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--plugin-dir")
+        .arg(tmp.path().join("plugin"))
+        .arg("--registry-dir")
+        .arg(&registry)
+        .arg("--cdi-dir")
+        .arg(tmp.path().join("cdi"))
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .args(extra)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _kubelet = KubeletSim::register_driver(&registry, "ainic.amd.com")
+        .await
+        .unwrap();
+    // Let start-up and the first publish settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = cpu_ticks(agent.id());
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let used = cpu_ticks(agent.id()) - before;
+    let ticks_per_second = 100.0; // USER_HZ on Linux
+    let share = used as f64 / ticks_per_second / seconds as f64 * 100.0;
+    println!(
+        "agent {extra:?}: {:.2} s of CPU over {seconds} s at rest = {share:.2} % of one core; RSS {}",
+        used as f64 / ticks_per_second,
+        rss(agent.id())
+    );
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` probes with --list
+    }
+    let seconds = std::env::var("IDLE_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60);
+    let shm = Path::new("/dev/shm");
+    let root = match shm.is_dir() {
+        true => tempfile::tempdir_in(shm).unwrap(),
+        false => tempfile::tempdir().unwrap(),
+    };
+    testkit::fixture::sriov_node(8, 256)
+        .render(root.path())
+        .unwrap();
+    idle(root.path(), seconds, &["--rescan-interval", "10"]).await;
+    idle(root.path(), seconds, &[]).await;
+}
