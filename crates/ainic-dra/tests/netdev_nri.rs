@@ -272,7 +272,11 @@ async fn a_crash_at_any_step_of_a_move_converges_after_restart() {
                 bed.in_pod()
             })
             .await;
-            assert_eq!(bed.moves(), ["inPod"], "{name}");
+            // Marked done just after the netdev is configured in the pod.
+            eventually(&format!("{name}: the move recorded done"), || {
+                bed.moves() == ["inPod"]
+            })
+            .await;
             let stopped = bed.runtime.pod_event("stop-pod", &bed.sandbox()).await;
             assert_eq!(stopped["ok"], true, "{name}: {stopped}");
             assert!(bed.home(), "{name}");

@@ -58,14 +58,20 @@ impl Net {
         Path::new("/run/netns").join(&self.pod)
     }
 
-    /// `ip -j` output about `link` in `ns` (`None`: the host).
+    /// `ip -j` output about `link` in `ns` (`None`: the host); empty when
+    /// `ip` fails, e.g. for a link that is not there (or not yet, or no
+    /// longer: tests poll while the agent moves it).
     pub fn json(&self, ns: Option<&str>, what: &[&str]) -> Vec<Value> {
         let mut args = vec!["-j"];
         if let Some(ns) = ns {
             args.extend(["-n", ns]);
         }
         args.extend(what);
-        serde_json::from_str(&ip(&args)).unwrap_or_default()
+        let out = Command::new("ip")
+            .args(&args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run ip (iproute2): {e}"));
+        serde_json::from_slice(&out.stdout).unwrap_or_default()
     }
 
     pub fn addresses(&self, ns: Option<&str>, link: &str) -> Vec<String> {
