@@ -9,7 +9,6 @@
 //! default 60).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -17,7 +16,8 @@ use serde_json::json;
 use testkit::apiserver::ApiServer;
 use testkit::kubelet::KubeletSim;
 
-const NODE: &str = "node-a";
+mod support;
+use support::NODE;
 
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -35,42 +35,15 @@ fn rss(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-fn write_kubeconfig(path: &Path, server: &str) {
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: s\n    user: u\ncurrent-context: c\n"
-    );
-    std::fs::write(path, text).unwrap();
-}
-
 async fn idle(sysfs: &Path, seconds: u64, extra: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let api = ApiServer::start().await.unwrap();
     let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
     api.seed(&node);
     let kubeconfig = tmp.path().join("kubeconfig");
-    write_kubeconfig(&kubeconfig, &api.url());
+    support::write_kubeconfig(&kubeconfig, &api.url());
     let registry = tmp.path().join("registry");
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args(["node", "--node-name", NODE, "--http-addr", ""])
-        .arg("--sysfs-root")
-        .arg(sysfs)
-        .arg("--dev-root")
-        .arg(tmp.path().join("dev"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--plugin-dir")
-        .arg(tmp.path().join("plugin"))
-        .arg("--registry-dir")
-        .arg(&registry)
-        .arg("--cdi-dir")
-        .arg(tmp.path().join("cdi"))
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        .args(extra)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut agent = support::start_agent(tmp.path(), sysfs, &kubeconfig, extra, true);
     let _kubelet = KubeletSim::register_driver(&registry, "ainic.amd.com")
         .await
         .unwrap();

@@ -5,8 +5,6 @@
 //! `cargo bench -p ainic-dra --bench prepare` (env `PREPARE_BENCH_ROUNDS`
 //! to change the number of single-claim rounds, default 300).
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
@@ -15,8 +13,10 @@ use serde_json::json;
 use testkit::apiserver::ApiServer;
 use testkit::kubelet::{ClaimRef, DraPluginClient, KubeletSim};
 
+mod support;
+use support::NODE;
+
 const DRIVER: &str = "ainic.amd.com";
-const NODE: &str = "node-a";
 const DEVICES: [&str; 8] = [
     "pf-0000-04-00-0",
     "pf-0000-24-00-0",
@@ -116,13 +116,6 @@ async fn concurrent(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, o
     report("100 concurrent calls, per claim", per_claim);
 }
 
-fn write_kubeconfig(path: &Path, server: &str) {
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: s\n  cluster:\n    server: {server}\nusers:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: s\n    user: u\ncurrent-context: c\n"
-    );
-    std::fs::write(path, text).unwrap();
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -143,34 +136,13 @@ async fn main() {
     let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
     api.seed(&node);
     let kubeconfig = tmp.path().join("kubeconfig");
-    write_kubeconfig(&kubeconfig, &api.url());
+    support::write_kubeconfig(&kubeconfig, &api.url());
     let registry = tmp.path().join("registry");
     let started = Instant::now();
-    let mut agent = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args(["node", "--node-name", NODE, "--http-addr", ""])
-        .arg("--sysfs-root")
-        .arg(&sysfs)
-        .arg("--dev-root")
-        .arg(tmp.path().join("dev"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--plugin-dir")
-        .arg(tmp.path().join("plugin"))
-        .arg("--registry-dir")
-        .arg(&registry)
-        .arg("--cdi-dir")
-        .arg(tmp.path().join("cdi"))
-        .arg("--state-dir")
-        .arg(tmp.path().join("state"))
-        // Extra agent flags, e.g. `--device-metadata=false` to see its cost.
-        .args(
-            std::env::var("PREPARE_BENCH_AGENT_ARGS")
-                .unwrap_or_default()
-                .split_whitespace(),
-        )
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Extra agent flags, e.g. `--device-metadata=false` to see its cost.
+    let extra = std::env::var("PREPARE_BENCH_AGENT_ARGS").unwrap_or_default();
+    let extra: Vec<&str> = extra.split_whitespace().collect();
+    let mut agent = support::start_agent(tmp.path(), &sysfs, &kubeconfig, &extra, false);
     let kubelet = KubeletSim::register_driver(&registry, DRIVER)
         .await
         .unwrap();
