@@ -11,13 +11,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use serde_json::json;
-use testkit::apiserver::ApiServer;
 use testkit::kubelet::KubeletSim;
 
 mod support;
-use support::NODE;
 
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
@@ -37,11 +33,7 @@ fn rss(pid: u32) -> String {
 
 async fn idle(sysfs: &Path, seconds: u64, extra: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
-    let api = ApiServer::start().await.unwrap();
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
-    api.seed(&node);
-    let kubeconfig = tmp.path().join("kubeconfig");
-    support::write_kubeconfig(&kubeconfig, &api.url());
+    let (_api, kubeconfig) = support::api_with_node(tmp.path()).await;
     let registry = tmp.path().join("registry");
     let mut agent = support::start_agent(tmp.path(), sysfs, &kubeconfig, extra, true);
     let _kubelet = KubeletSim::register_driver(&registry, "ainic.amd.com")

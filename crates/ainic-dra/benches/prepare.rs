@@ -7,7 +7,6 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
 use testkit::apiserver::ApiServer;
@@ -132,11 +131,7 @@ async fn main() {
         .unwrap()
         .render(&sysfs)
         .unwrap();
-    let api = ApiServer::start().await.unwrap();
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
-    api.seed(&node);
-    let kubeconfig = tmp.path().join("kubeconfig");
-    support::write_kubeconfig(&kubeconfig, &api.url());
+    let (api, kubeconfig) = support::api_with_node(tmp.path()).await;
     let registry = tmp.path().join("registry");
     let started = Instant::now();
     // Extra agent flags, e.g. `--device-metadata=false` to see its cost.

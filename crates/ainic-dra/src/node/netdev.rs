@@ -284,12 +284,6 @@ pub async fn survey(
     })
 }
 
-/// The host netdev of PCI function `pci` today, if it is in the host's
-/// network namespace (names change; the PCI address does not).
-pub fn host_netdev(sysfs: &Path, pci: &str) -> Option<String> {
-    netdev_with_pci(sysfs, pci)
-}
-
 /// Moves the netdev [`survey`] saw into the namespace at `netns` as `plan`
 /// says. On failure after the move, moves it back.
 pub async fn attach(
@@ -407,7 +401,7 @@ pub async fn detach(
 /// device (the host's own `eth1`, say) is never taken.
 async fn returned(host: &Handle, attached: &Attached, sysfs: &Path) -> Result<u32, NetdevError> {
     let pci = attached.pci_address.as_deref();
-    let by_pci = pci.and_then(|pci| netdev_with_pci(sysfs, pci));
+    let by_pci = pci.and_then(|pci| host_netdev(sysfs, pci));
     let by_name = Some(attached.pod_name.clone())
         .filter(|name| pci.is_none() || pci_address(sysfs, name).as_deref() == pci);
     for candidate in [by_pci, by_name].into_iter().flatten() {
@@ -440,8 +434,9 @@ fn pci_address(sysfs: &Path, name: &str) -> Option<String> {
     last.parse::<topology::PciAddress>().ok().map(|_| last)
 }
 
-/// The host netdev whose device is PCI function `pci`.
-fn netdev_with_pci(sysfs: &Path, pci: &str) -> Option<String> {
+/// The host netdev of PCI function `pci` today, if it is in the host's
+/// network namespace (names change; the PCI address does not).
+pub fn host_netdev(sysfs: &Path, pci: &str) -> Option<String> {
     let dir: PathBuf = sysfs.join("class/net");
     std::fs::read_dir(dir)
         .ok()?
