@@ -6,7 +6,10 @@
 //! Prints; asserts nothing.
 //!
 //! `cargo bench -p ainic-dra --bench idle` (env `IDLE_BENCH_SECONDS`,
-//! default 60).
+//! default 60). With `AGENT_BENCH_WRAPPER="heaptrack -o FILE"` only the
+//! default run, under heaptrack: the agent outlives the killed wrapper;
+//! `kill -KILL` it then, and what heaptrack reports as leaked is the heap
+//! the agent held at rest.
 
 use std::path::Path;
 use std::time::Duration;
@@ -22,13 +25,6 @@ fn cpu_ticks(pid: u32) -> u64 {
     let rest = &stat[stat.rfind(')').unwrap() + 2..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-fn rss(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    (status.lines().find(|l| l.starts_with("VmRSS:")))
-        .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 async fn idle(sysfs: &Path, seconds: u64, extra: &[&str]) {
@@ -49,7 +45,7 @@ async fn idle(sysfs: &Path, seconds: u64, extra: &[&str]) {
     println!(
         "agent {extra:?}: {:.2} s of CPU over {seconds} s at rest = {share:.2} % of one core; RSS {}",
         used as f64 / ticks_per_second,
-        rss(agent.id())
+        support::rss(agent.id())
     );
     let _ = agent.kill();
     let _ = agent.wait();
@@ -72,6 +68,10 @@ async fn main() {
     testkit::fixture::sriov_node(8, 256)
         .render(root.path())
         .unwrap();
-    idle(root.path(), seconds, &["--rescan-interval", "10"]).await;
+    // Under a profiler (see support::start_agent) only the default run,
+    // so that one profile is written.
+    if std::env::var_os("AGENT_BENCH_WRAPPER").is_none() {
+        idle(root.path(), seconds, &["--rescan-interval", "10"]).await;
+    }
     idle(root.path(), seconds, &[]).await;
 }

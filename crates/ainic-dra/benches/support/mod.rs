@@ -32,6 +32,10 @@ fn write_kubeconfig(path: &Path, server: &str) {
 
 /// Starts the agent on `sysfs` with its directories under `dir` (its
 /// registry at `dir/registry`) and `extra` flags; `quiet` drops its log.
+///
+/// `AGENT_BENCH_WRAPPER` (words split on spaces, e.g.
+/// `heaptrack -o /tmp/agent`) runs the agent under a profiler; the
+/// figures the bench reads from `/proc` are then the wrapper's.
 pub fn start_agent(
     dir: &Path,
     sysfs: &Path,
@@ -39,7 +43,17 @@ pub fn start_agent(
     extra: &[&str],
     quiet: bool,
 ) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+    let wrapper = std::env::var("AGENT_BENCH_WRAPPER").unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = Command::new(program);
+            command.args(words).arg(env!("CARGO_BIN_EXE_ainic-dra"));
+            command
+        }
+        None => Command::new(env!("CARGO_BIN_EXE_ainic-dra")),
+    };
+    command
         .args(["node", "--node-name", NODE, "--http-addr", ""])
         .arg("--sysfs-root")
         .arg(sysfs)
@@ -64,4 +78,21 @@ pub fn start_agent(
         })
         .spawn()
         .unwrap()
+}
+
+/// `VmRSS` of `pid`, and its heap and stacks (`RssAnon`) apart from the
+/// mapped binary and libraries (`RssFile`).
+pub fn rss(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        (status.lines().find(|l| l.starts_with(name)))
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    format!(
+        "{} (anon {}, file {})",
+        field("VmRSS:"),
+        field("RssAnon:"),
+        field("RssFile:")
+    )
 }
