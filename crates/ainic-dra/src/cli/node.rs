@@ -207,6 +207,7 @@ pub fn run(args: NodeArgs) -> Result<()> {
     // Two workers and a small blocking pool: the agent's work is short
     // socket and file I/O, and every extra thread costs stack and a malloc
     // arena (RSS), which the DaemonSet pays on every node.
+    crate::node::memory::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(4)

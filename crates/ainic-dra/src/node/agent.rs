@@ -173,6 +173,7 @@ fn refuse_both_paths(node: &str, driver: &str, classic: &ClassicConfig) -> Resul
 
 /// Runs every part of the agent until a shutdown signal.
 pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
+    crate::node::memory::spawn_trimmer();
     let node_name = config.node.scope.pool.clone();
     let driver_name = config.node.scope.driver.clone();
     let labels = node_labels(&client, &node_name).await;
@@ -273,7 +274,7 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
             }
             let model = for_server(models.borrow().clone(), release, &refused.get());
             let slices = crate::cli::slices::build_checked(&current, &model)?.slices;
-            let published = crate::node::metadata::attributes_of(&slices);
+            let published = crate::node::metadata::DeviceAttributes::of(&slices);
             attributes.send_if_modified(|old| {
                 let changed = old.as_deref() != Some(&published);
                 if changed {

@@ -21,6 +21,7 @@ pub mod fixtures;
 pub mod follow;
 pub mod health;
 pub mod http;
+pub mod memory;
 pub mod metadata;
 pub mod netdev;
 pub mod plugin;

@@ -114,6 +114,10 @@ pub struct PreparedClaim {
     /// directory is tmpfs, so they are rewritten from here after a reboot.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata_specs: BTreeMap<String, String>,
+    /// The claim's device-metadata files (request name, content): they are
+    /// not fsynced, so they are rewritten from here after a power cut.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata_files: BTreeMap<String, String>,
 }
 
 /// One prepared device as reported to the kubelet.
@@ -346,6 +350,7 @@ mod tests {
             cdi_file: String::new(),
             cdi_spec: String::new(),
             metadata_specs: Default::default(),
+            metadata_files: Default::default(),
         };
         c.claims
             .insert("u1".into(), holder(vec![used("pf-0", None, false)]));
@@ -394,6 +399,7 @@ mod tests {
                 cdi_file: "ainic.amd.com-uid-1.json".into(),
                 cdi_spec: "{}".into(),
                 metadata_specs: Default::default(),
+                metadata_files: Default::default(),
             },
         );
         c

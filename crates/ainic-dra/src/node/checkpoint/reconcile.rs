@@ -51,6 +51,7 @@ mod tests {
             cdi_file: crate::node::cdi::file_name(uid),
             cdi_spec: format!("spec of {uid}"),
             metadata_specs: Default::default(),
+            metadata_files: Default::default(),
         }
     }
 

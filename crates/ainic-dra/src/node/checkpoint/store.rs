@@ -264,6 +264,7 @@ mod tests {
             cdi_file: format!("{name}.json"),
             cdi_spec: "{}".into(),
             metadata_specs: Default::default(),
+            metadata_files: Default::default(),
         }
     }
 

@@ -44,7 +44,7 @@ use crate::node::checkpoint::{PreparedClaim, PreparedDevice};
 use crate::node::faults::{self, Point};
 use crate::node::http::metrics::{Metrics, Operation};
 use crate::node::metadata::{
-    ClaimMeta, DeviceAttributes, MetaDevice, MetadataFiles, POD_CLAIM_NAME, RequestMeta,
+    ClaimMeta, DeviceAttributes, MetaDevice, MetadataFiles, POD_CLAIM_NAME, RequestMeta, Written,
 };
 use claims::SharedClaims;
 use resolve::Scope;
@@ -228,7 +228,9 @@ impl Driver {
         let outcomes = join_all(tasks).await.into_iter().map(|joined| {
             joined.unwrap_or_else(|e| Err(format!("{what} of the claim failed: {e}")))
         });
-        claims.iter().map(|c| c.uid.clone()).zip(outcomes).collect()
+        let outcomes = claims.iter().map(|c| c.uid.clone()).zip(outcomes).collect();
+        crate::node::memory::after_burst();
+        outcomes
     }
 
     async fn prepare_timed(&self, claim: &ClaimRef) -> PrepareOutcome {
@@ -269,13 +271,12 @@ impl Driver {
         };
         let planned = started.elapsed();
         let files = self.parts.metadata.as_ref().map(|m| &m.files);
-        let mut metadata_specs = BTreeMap::new();
+        let mut written = Written::default();
         if let (Some(files), Some((claim_meta, requests))) = (files, &meta) {
-            let written = files.write(claim_meta, requests)?;
+            written = files.write(claim_meta, requests)?;
             add_metadata_ids(&mut devices, &written.ids);
-            metadata_specs = written.specs;
         }
-        if let Err(error) = self.commit(claim, spec, &devices, metadata_specs).await {
+        if let Err(error) = self.commit(claim, spec, &devices, written).await {
             let removed = files.map(|f| f.remove(&claim.uid));
             if let Some(Err(cleanup)) = removed {
                 tracing::error!(error = %cleanup, "failed to remove device metadata after a failed prepare");
@@ -382,7 +383,7 @@ impl Driver {
             let entry = MetaDevice {
                 pool: device.pool.clone(),
                 name: device.device.clone(),
-                attributes: published.get(&device.device).cloned().unwrap_or_default(),
+                attributes: published.get(&device.device),
                 network: net.interface_name.is_some().then(|| net.to_api()),
             };
             let name = device.requests.first().cloned().unwrap_or_default();
@@ -405,7 +406,7 @@ impl Driver {
         claim: &ClaimRef,
         spec: cdi::ClaimSpec,
         devices: &[PreparedDevice],
-        metadata_specs: BTreeMap<String, String>,
+        metadata: Written,
     ) -> anyhow::Result<()> {
         faults::hit(Point::PrepareBeforeCdi);
         self.parts.cdi.write(&spec)?;
@@ -416,7 +417,8 @@ impl Driver {
             devices: devices.to_vec(),
             cdi_file: spec.file_name.clone(),
             cdi_spec: spec.content,
-            metadata_specs,
+            metadata_specs: metadata.specs,
+            metadata_files: metadata.files,
         };
         if let Err(e) = self.parts.store.insert_exclusive(&claim.uid, record).await {
             if let Err(cleanup) = self.parts.cdi.remove(&spec.file_name) {
@@ -457,6 +459,11 @@ impl Driver {
             for (file, spec) in &record.metadata_specs {
                 if parts.files.restore(file, spec)? {
                     tracing::info!(claim_uid = %uid, file, "device-metadata CDI spec written again");
+                }
+            }
+            for (request, content) in &record.metadata_files {
+                if parts.files.restore_file(uid, request, content)? {
+                    tracing::info!(claim_uid = %uid, request, "device-metadata file written again");
                 }
             }
         }

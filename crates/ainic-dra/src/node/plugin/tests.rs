@@ -482,6 +482,7 @@ async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
         cdi_file: spec.file_name.clone(),
         cdi_spec: spec.content.clone(),
         metadata_specs: Default::default(),
+        metadata_files: Default::default(),
     };
     h.driver.parts.store.insert("u1", record).await.unwrap();
     assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
@@ -623,7 +624,7 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
         int: Some(3),
         ..Default::default()
     };
-    let attrs = std::collections::BTreeMap::from([(
+    let attrs = crate::node::metadata::DeviceAttributes::from_iter([(
         PF1.to_string(),
         std::collections::BTreeMap::from([("ainic.amd.com/rail".to_string(), rail)]),
     )]);
@@ -688,8 +689,16 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     for file in cdi_files(&h) {
         std::fs::remove_file(h.cdi_dir.join(file)).unwrap();
     }
+    // A power cut may also lose metadata files (not fsynced: the
+    // checkpoint holds them): one gone, one left empty by the rename.
+    let a = h.plugin_dir.join("dra-device-metadata/u1/a/metadata.json");
+    let before = std::fs::read_to_string(&a).unwrap();
+    std::fs::remove_dir_all(a.parent().unwrap()).unwrap();
+    std::fs::write(&file, "").unwrap();
     h.driver.refresh_all().await;
     assert_eq!(cdi_files(&h).len(), 3, "{:?}", cdi_files(&h));
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), before);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
 
     // A claim refused at the checkpoint leaves no metadata behind.
     h.claims

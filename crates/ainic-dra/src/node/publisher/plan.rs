@@ -12,7 +12,6 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use serde_json::Value;
 
 /// One API write, in execution order.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,30 +41,50 @@ pub enum Plan {
     },
 }
 
+/// A digest (SHA-256) of a slice's comparable content.
+///
+/// Digests rather than the content itself: the publisher remembers what it
+/// asked for and what the server stored, which as JSON text was two copies
+/// of the pool (8 MB on an 8 PF × 256 VF node) held for the agent's life.
+pub type Content = [u8; 32];
+
 /// The comparable content of a slice: spec (generation zeroed, taint
 /// `timeAdded` dropped), labels, and owner references without uid.
-pub fn content(slice: &ResourceSlice) -> String {
-    let mut spec = serde_json::to_value(&slice.spec).unwrap_or(Value::Null);
-    spec["pool"]["generation"] = Value::from(0);
-    if let Some(devices) = spec.get_mut("devices").and_then(Value::as_array_mut) {
-        let taints = devices
-            .iter_mut()
-            .filter_map(|d| d.get_mut("taints").and_then(Value::as_array_mut))
-            .flatten();
-        for taint in taints {
-            taint.as_object_mut().map(|t| t.remove("timeAdded"));
-        }
+pub fn content(slice: &ResourceSlice) -> Content {
+    let mut spec = slice.spec.clone();
+    spec.pool.generation = 0;
+    let taints = (spec.devices.iter_mut().flatten()).flat_map(|d| d.taints.iter_mut().flatten());
+    for taint in taints {
+        taint.time_added = None;
     }
-    let owners: Vec<Value> = (slice.metadata.owner_references.iter().flatten())
-        .map(|o| serde_json::json!([o.api_version, o.kind, o.name, o.controller]))
+    let owners: Vec<_> = (slice.metadata.owner_references.iter().flatten())
+        .map(|o| (&o.api_version, &o.kind, &o.name, o.controller))
         .collect();
-    let labels = serde_json::to_value(&slice.metadata.labels).unwrap_or(Value::Null);
-    serde_json::json!({"spec": spec, "labels": labels, "owners": owners}).to_string()
+    let mut digest = DigestWriter(ring::digest::Context::new(&ring::digest::SHA256));
+    serde_json::to_writer(&mut digest, &(&spec, &slice.metadata.labels, &owners))
+        .expect("resource slices serialise");
+    let mut out = Content::default();
+    out.copy_from_slice(digest.0.finish().as_ref());
+    out
+}
+
+/// Feeds what is written to a digest.
+struct DigestWriter(ring::digest::Context);
+
+impl std::io::Write for DigestWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Sorted contents of a set of slices (order-independent comparison).
-pub fn contents(slices: &[ResourceSlice]) -> Vec<String> {
-    let mut all: Vec<String> = slices.iter().map(content).collect();
+pub fn contents(slices: &[ResourceSlice]) -> Vec<Content> {
+    let mut all: Vec<Content> = slices.iter().map(content).collect();
     all.sort();
     all
 }
@@ -80,7 +99,7 @@ pub fn max_generation(slices: &[ResourceSlice]) -> i64 {
 }
 
 /// Whether `existing` is one complete generation whose contents equal `wanted`.
-pub fn holds(existing: &[ResourceSlice], wanted: &[String]) -> bool {
+pub fn holds(existing: &[ResourceSlice], wanted: &[Content]) -> bool {
     let generation = max_generation(existing);
     existing
         .iter()
@@ -203,9 +222,14 @@ fn wanted(
         .collect()
 }
 
-/// Sorted contents of the desired slices as they would be stored.
-pub fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec<String> {
-    contents(&wanted(desired, 0, owner))
+/// Sorted contents of the desired slices as they would be stored; one
+/// slice copied at a time.
+pub fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec<Content> {
+    let count = desired.len() as i64;
+    let stamped = desired.iter().map(|d| stamped(d, 0, count, owner));
+    let mut all: Vec<Content> = stamped.map(|s| content(&s)).collect();
+    all.sort();
+    all
 }
 
 /// Plans the sync of one pool. `desired` carries no owner; `owner` is the
@@ -213,12 +237,12 @@ pub fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec
 pub fn plan(existing: &[ResourceSlice], desired: &[ResourceSlice], owner: &OwnerReference) -> Plan {
     let current = max_generation(existing);
     let count = desired.len() as i64;
-    let wanted = wanted(desired, current, owner);
-    if holds(existing, &contents(&wanted)) {
+    if holds(existing, &wanted_contents(desired, owner)) {
         return Plan::Unchanged {
             generation: current,
         };
     }
+    let wanted = wanted(desired, current, owner);
     let requested = desired
         .iter()
         .map(|d| d.spec.pool.generation)

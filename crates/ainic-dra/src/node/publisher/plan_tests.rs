@@ -245,3 +245,26 @@ fn same_named_slice_of_another_pool_is_deleted_before_the_create() {
         "{writes:?}"
     );
 }
+
+#[test]
+fn labels_owners_and_slice_count_are_content_but_server_metadata_is_not() {
+    let want = [desired(Some("a"), &["nic0"]), desired(Some("b"), &["nic1"])];
+    let existing = stored(&want, 2);
+    let mut touched = existing.clone();
+    touched[0].metadata.resource_version = Some("99".into());
+    touched[0].metadata.uid = Some("other".into());
+    assert_eq!(contents(&touched), contents(&existing));
+    let mut labelled = existing.clone();
+    labelled[1].metadata.labels = Some([("k".to_string(), "v".to_string())].into());
+    let mut owned = existing.clone();
+    owned[0].metadata.owner_references.as_mut().unwrap()[0].kind = "Pod".into();
+    let mut counted = existing.clone();
+    counted[1].spec.pool.resource_slice_count = 3;
+    for changed in [labelled, owned, counted] {
+        assert_ne!(contents(&changed), contents(&existing));
+        assert!(matches!(
+            plan(&changed, &want, &owner()),
+            Plan::Publish { generation: 3, .. }
+        ));
+    }
+}

@@ -115,6 +115,7 @@ where
     if let Some(reports) = &options.reports {
         let _ = reports.send(result.map_err(|e| format!("{e:#}")));
     }
+    crate::node::memory::after_burst();
     synced
 }
 

@@ -21,8 +21,8 @@ use super::{PublishError, PublishOutcome, SlicePublisher};
 /// The last successful publish: what was asked for, what the server stored.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct LastPublished {
-    asked: Vec<String>,
-    stored: Vec<String>,
+    asked: Vec<plan::Content>,
+    stored: Vec<plan::Content>,
 }
 
 impl SlicePublisher {
@@ -72,13 +72,13 @@ impl SlicePublisher {
 
     /// Whether `existing` is exactly what the server stored when we last
     /// published the same desired slices.
-    fn as_stored_last_time(&self, existing: &[ResourceSlice], asked: &[String]) -> bool {
+    fn as_stored_last_time(&self, existing: &[ResourceSlice], asked: &[plan::Content]) -> bool {
         self.last
             .as_ref()
             .is_some_and(|last| last.asked == asked && plan::holds(existing, &last.stored))
     }
 
-    fn remember(&mut self, asked: Vec<String>, stored: &[ResourceSlice]) {
+    fn remember(&mut self, asked: Vec<plan::Content>, stored: &[ResourceSlice]) {
         let stored = plan::contents(stored);
         if stored != asked {
             warn!(
