@@ -29,8 +29,8 @@
 //! checkpoint with the claim and written again from there when missing or
 //! different (start-up, every check of a prepared claim): the CDI
 //! directory is tmpfs, and the files are not fsynced, so that a prepare
-//! pays one fsync, the checkpoint's, instead of four (2026-12-02: p50
-//! 1.95 → see docs/benchmarks.md).
+//! pays one fsync, the checkpoint's, instead of four (figures in
+//! docs/benchmarks.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

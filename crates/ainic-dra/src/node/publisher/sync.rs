@@ -179,7 +179,6 @@ impl SlicePublisher {
         };
         // Compare without the node uid first: no read of the Node when nothing changed.
         let probe = self.owner(String::new());
-        let asked = plan::wanted_contents(desired, &probe);
         if let Plan::Unchanged { generation } = plan::plan(&existing, desired, &probe) {
             debug!(
                 generation,
@@ -188,6 +187,7 @@ impl SlicePublisher {
             );
             return Ok(unchanged(generation));
         }
+        let asked = plan::wanted_contents(desired, &probe);
         if self.as_stored_last_time(&existing, &asked) {
             debug!("resource slices as the API server stored them last time; nothing to write");
             return Ok(unchanged(plan::max_generation(&existing)));
