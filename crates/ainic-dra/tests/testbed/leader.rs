@@ -48,6 +48,16 @@ async fn partition_slice(slices: &Api<ResourceSlice>) -> String {
     .await
 }
 
+/// The leader publishes: the partition slice, once deleted, comes back.
+async fn republishes(slices: &Api<ResourceSlice>) {
+    let name = partition_slice(slices).await;
+    slices
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    partition_slice(slices).await;
+}
+
 #[tokio::test]
 async fn a_second_replica_waits_then_takes_over_from_a_stopped_or_killed_leader() {
     let bed = own_bed(UpOptions {
@@ -80,12 +90,7 @@ async fn a_second_replica_waits_then_takes_over_from_a_stopped_or_killed_leader(
     // well before the Lease (15 s) would have expired, and publishes.
     a.terminate();
     wait_holder(&leases, "replica-b", Duration::from_secs(10)).await;
-    let name = partition_slice(&slices).await;
-    slices
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
-    partition_slice(&slices).await;
+    republishes(&slices).await;
 
     // A leader killed outright keeps the Lease until it expires; then the
     // waiting replica takes it.
@@ -96,10 +101,5 @@ async fn a_second_replica_waits_then_takes_over_from_a_stopped_or_killed_leader(
     let started = std::time::Instant::now();
     wait_holder(&leases, "replica-c", Duration::from_secs(40)).await;
     eprintln!("takeover after a kill: {:?}", started.elapsed());
-    let name = partition_slice(&slices).await;
-    slices
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
-    partition_slice(&slices).await;
+    republishes(&slices).await;
 }
