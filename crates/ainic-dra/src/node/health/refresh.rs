@@ -14,7 +14,7 @@ use topology::{DiscoveryConfig, Inventory};
 
 use super::{HealthReport, assess};
 use crate::node::http::metrics::Metrics;
-use crate::node::publisher::LinkEvent;
+use crate::node::publisher::{LinkEvent, next_event, settle};
 
 /// Keeps the inventory and the health report fresh.
 pub struct Refresher {
@@ -107,11 +107,11 @@ impl Refresher {
                         continue;
                     }
                 }
-                event = next_link_event(&mut links) => {
+                event = next_event(&mut links) => {
                     match event {
                         Some(event) => {
                             tracing::debug!(ifname = %event.ifname, up = event.up, "link event");
-                            settle(links.as_mut()).await;
+                            settle(&mut links, LINK_SETTLE).await;
                         }
                         None => {
                             tracing::warn!("netlink link events ended; rediscovering every refresh interval");
@@ -120,34 +120,20 @@ impl Refresher {
                         }
                     }
                 }
-                event = next_link_event(&mut uevents) => {
+                event = next_event(&mut uevents) => {
                     if event.is_none() {
                         tracing::warn!("uevents ended; rediscovering every refresh interval");
                         uevents = None;
                         continue;
                     }
                     tracing::debug!("uevent");
-                    settle(uevents.as_mut()).await;
+                    settle(&mut uevents, LINK_SETTLE).await;
                 }
             }
             self.refresh().await;
             last = tokio::time::Instant::now();
         }
     }
-}
-
-/// The next event; pending forever when there is no source.
-async fn next_link_event<T>(links: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
-    match links {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Swallows the rest of a burst: returns once no event came for [`LINK_SETTLE`].
-async fn settle<T>(links: Option<&mut mpsc::Receiver<T>>) {
-    let Some(rx) = links else { return };
-    while let Ok(Some(_)) = tokio::time::timeout(LINK_SETTLE, rx.recv()).await {}
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ pub use backoff::{Backoff, Sleeper, TokioSleeper};
 pub use metrics::{PublisherMetrics, SyncResult, WriteOp};
 pub use netlink::{LinkSource, NetlinkLinks};
 pub use run::{LinkEvent, RunOptions, run, spawn};
+pub(crate) use run::{next_event, settle};
 
 /// Errors of one publish.
 #[derive(Debug, thiserror::Error)]

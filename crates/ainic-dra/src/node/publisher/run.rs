@@ -120,7 +120,7 @@ where
 }
 
 /// Waits for the next event; pending forever once there is no source.
-async fn next_event<E>(events: &mut Option<mpsc::Receiver<E>>) -> Option<E> {
+pub(crate) async fn next_event<E>(events: &mut Option<mpsc::Receiver<E>>) -> Option<E> {
     match events {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
@@ -128,7 +128,10 @@ async fn next_event<E>(events: &mut Option<mpsc::Receiver<E>>) -> Option<E> {
 }
 
 /// Drains events that arrive within `debounce` of the previous one.
-async fn settle<E: std::fmt::Debug>(events: &mut Option<mpsc::Receiver<E>>, debounce: Duration) {
+pub(crate) async fn settle<E: std::fmt::Debug>(
+    events: &mut Option<mpsc::Receiver<E>>,
+    debounce: Duration,
+) {
     while let Ok(Some(event)) = tokio::time::timeout(debounce, next_event(events)).await {
         debug!(?event, "event while settling");
     }
