@@ -270,8 +270,10 @@ async fn renumbered_devices_never_reach_a_spec_after_a_restart_or_while_running(
     // Rebooted with other numbers: the start-up check rebuilds the spec
     // before the kubelet can ask.
     renumber(&world, &path, "231:250");
-    let agent =
-        world.start_agent_with(None, &["--refresh-interval", "1", "--rescan-interval", "1"]);
+    let agent = world.start_agent_with(
+        None,
+        &["--refresh-interval", "1", "--full-rescan-interval", "1"],
+    );
     let kubelet = world.register().await;
     assert_eq!(
         verbs_in_spec(&world, &claim.uid),

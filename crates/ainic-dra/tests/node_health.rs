@@ -41,6 +41,43 @@ async fn health_stream_reports_every_device_and_follows_a_link_going_down() {
     }
 }
 
+/// An RDMA port going down comes with no kernel event: the cheap rescan
+/// (`--rescan-interval`) finds it, long before the full one would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rescan_finds_an_rdma_port_going_down_without_an_event() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    // The full rescan stays at its default, an hour.
+    let _agent =
+        world.start_agent_with(None, &["--refresh-interval", "1", "--rescan-interval", "1"]);
+    let mut stream = world.register().await.watch_health().await.unwrap();
+    let first = stream.message().await.unwrap().unwrap();
+    assert!(first.devices.iter().all(|d| d.health == HEALTHY));
+
+    let ibdev = std::fs::read_dir(world.sysfs.join("bus/pci/devices/0000:04:00.0/infiniband"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let state = world.sysfs.join(format!(
+        "bus/pci/devices/0000:04:00.0/infiniband/{}/ports/1/state",
+        ibdev.to_string_lossy()
+    ));
+    std::fs::write(state, "1: DOWN\n").unwrap();
+    // Not a speed limit: without the rescan only the full one, an hour
+    // away, would see it, and the test would hang.
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let next = stream.message().await.unwrap().expect("stream stays open");
+            if next.devices[0].health == UNHEALTHY {
+                return next.devices[0].message.clone();
+            }
+        }
+    });
+    let message = seen.await.expect("the rescan saw the port go down");
+    assert!(message.contains("RDMA port"), "{message}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_after_registration_and_metrics_count_claims_and_devices() {
     let world = World::new("mi300x-8gpu-8nic").await;

@@ -1,6 +1,9 @@
 //! Discovery of the large SR-IOV node: 8 Pollara PFs × 256 VFs each, with
 //! one MI300X per PCIe switch (2,056 NIC functions, 16,448 GPU–NIC links).
 //!
+//! Also measured: the agent's safety-net rescan ([`topology::recheck`]) of
+//! that node when nothing changed.
+//!
 //! The tree is rendered once, on tmpfs (`/dev/shm`) when available since
 //! real sysfs lives in memory too; only `discover` is measured, with the
 //! automatic thread count and with one thread.
@@ -12,7 +15,7 @@ use std::path::Path;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use testkit::fixture::sriov_node;
-use topology::{DiscoveryConfig, discover};
+use topology::{DiscoveryConfig, Recheck, discover, recheck};
 
 fn temp_root() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
@@ -44,6 +47,14 @@ fn bench_discover(c: &mut Criterion) {
     });
     group.bench_function("8pf_x_256vf_one_thread", |b| {
         b.iter(|| discover(black_box(root.path()), &one_thread).expect("discovery runs"))
+    });
+    group.finish();
+
+    // The safety-net rescan of the agent: what it costs when nothing moved.
+    assert_eq!(recheck(root.path(), &inventory), Recheck::Unchanged);
+    let mut group = c.benchmark_group("rescan");
+    group.bench_function("8pf_x_256vf_nothing_changed", |b| {
+        b.iter(|| recheck(black_box(root.path()), &inventory))
     });
     group.finish();
 }

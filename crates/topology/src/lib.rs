@@ -33,7 +33,9 @@ pub mod pci;
 pub mod sysfs;
 
 pub use affinity::{Affinity, classify, nearest_switch};
-pub use discover::{DiscoverError, DiscoveryConfig, discover, discover_in, product_name};
+pub use discover::{
+    DiscoverError, DiscoveryConfig, Recheck, discover, discover_in, product_name, recheck,
+};
 pub use model::{
     CharDevice, FunctionKind, Gpu, GpuNicLink, Inventory, Netdev, NicFunction, PcieLink,
     PcieLocation, RdmaDevice, RdmaPort,

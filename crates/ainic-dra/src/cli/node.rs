@@ -73,11 +73,18 @@ pub struct NodeArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     pub refresh_interval: u64,
 
-    /// Seconds between re-reads of sysfs while the kernel's link events
-    /// and uevents arrive (each event re-reads it at once): the safety net
-    /// for facts no event announces (firmware version, NUMA).
+    /// Seconds between cheap re-reads of the facts no kernel event
+    /// announces (PCIe link, NUMA, firmware, RDMA ports of each PF) while
+    /// the kernel's link events and uevents arrive (each event rediscovers
+    /// at once); a difference rediscovers everything.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub rescan_interval: u64,
+
+    /// Seconds between full rediscoveries of sysfs while the kernel's link
+    /// events and uevents arrive: the safety net for facts of VFs that
+    /// change with no event and that the cheap rescan does not read.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    pub full_rescan_interval: u64,
 
     /// Seconds between checks of the published ResourceSlices against the
     /// API server when nothing changed; a check that finds them as
@@ -161,6 +168,7 @@ impl NodeArgs {
             http_addr: parse_http_addr(&self.http_addr).expect("checked by clap"),
             refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
             rescan_every: Duration::from_secs(self.rescan_interval.max(1)),
+            full_rescan_every: Duration::from_secs(self.full_rescan_interval.max(1)),
             sweep_every: (self.orphan_sweep_interval > 0)
                 .then(|| Duration::from_secs(self.orphan_sweep_interval)),
             device_metadata: self.device_metadata,

@@ -76,8 +76,10 @@ pub struct NodeConfig {
     /// Time between health reports (and rediscoveries without kernel
     /// events).
     pub refresh_every: Duration,
-    /// Longest time between rediscoveries while kernel events arrive.
+    /// Time between cheap rechecks of sysfs while kernel events arrive.
     pub rescan_every: Duration,
+    /// Longest time between full rediscoveries while kernel events arrive.
+    pub full_rescan_every: Duration,
     /// Time between orphan sweeps ([`plugin::sweep`]); `None` for none.
     pub sweep_every: Option<Duration>,
     /// Write device metadata for containers ([`metadata`]).
@@ -209,6 +211,7 @@ pub async fn start(
         links: subscribe_links(),
         uevents: subscribe_uevents(),
         rescan_every: config.rescan_every,
+        full_rescan_every: config.full_rescan_every,
     };
     refresher.report();
     tokio::spawn(refresher.run());

@@ -44,6 +44,12 @@ pub fn relevant(message: &[u8]) -> bool {
     })
 }
 
+/// Whether a receive error says the kernel dropped uevents for want of
+/// buffer space (`ENOBUFS`), after which the socket works on.
+fn lost_some(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::ENOBUFS)
+}
+
 /// Listens to the kernel's uevents; the receiver gets a message after
 /// each relevant one (coalesced while unread). The thread ends when the
 /// receiver is dropped and the next uevent comes.
@@ -55,17 +61,20 @@ pub fn subscribe() -> io::Result<mpsc::Receiver<()>> {
         .name("uevents".into())
         .spawn(move || {
             loop {
-                let message = match socket.recv_from_full() {
-                    Ok((message, _)) => message,
+                let wanted = match socket.recv_from_full() {
+                    Ok((message, _)) => relevant(&message),
+                    // The socket's buffer overflowed during a burst: what
+                    // was lost is unknown, so rediscover, and go on.
+                    Err(error) if lost_some(&error) => {
+                        tracing::warn!("uevents were lost (receive buffer full); rediscovering");
+                        true
+                    }
                     Err(error) => {
                         tracing::warn!(%error, "reading uevents failed; rediscovering on the interval only");
                         return;
                     }
                 };
-                if !relevant(&message) {
-                    continue;
-                }
-                if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+                if wanted && let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
                     return;
                 }
             }
@@ -93,5 +102,12 @@ mod tests {
         // udev's re-broadcast, not the kernel's.
         assert!(!relevant(b"libudev\0\xfe\xed\xca\xfeSUBSYSTEM=pci\0"));
         assert!(!relevant(b""));
+    }
+
+    #[test]
+    fn an_overflow_is_lost_uevents_and_other_errors_are_not() {
+        assert!(lost_some(&io::Error::from_raw_os_error(libc::ENOBUFS)));
+        assert!(!lost_some(&io::Error::from_raw_os_error(libc::EBADF)));
+        assert!(!lost_some(&io::Error::other("closed")));
     }
 }

@@ -130,8 +130,19 @@ pub(crate) fn location<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Optio
         root,
         switch: nearest_switch(&bridges),
         bridges,
-        numa_node: r.field(&who, &f.dir, "numa_node", parse::numa_node, IfMissing::Warn),
+        numa_node: numa_node(r, f),
     })
+}
+
+/// `numa_node` (`-1`, no node, reads as `None`).
+pub(crate) fn numa_node<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<u32> {
+    r.field(
+        &f.who(),
+        &f.dir,
+        "numa_node",
+        parse::numa_node,
+        IfMissing::Warn,
+    )
 }
 
 /// The bound driver's name, from the `driver` link (not followed).

@@ -12,6 +12,7 @@ mod net;
 mod parallel;
 mod rdma;
 mod reader;
+mod recheck;
 mod scan;
 mod sriov;
 
@@ -24,6 +25,8 @@ use crate::sysfs::{Backend, FsError, Sysfs};
 
 use chardev::{CharDevices, ClassEntries};
 use reader::Reader;
+
+pub use recheck::{Recheck, recheck, recheck_in};
 
 /// PCI vendor ID of AMD Pensando (AINIC).
 pub const AINIC_VENDOR: u16 = 0x1dd8;

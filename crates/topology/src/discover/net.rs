@@ -22,28 +22,32 @@ pub(crate) fn netdevs<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Vec<Ne
     entries
         .into_iter()
         .filter(|(_, kind)| matches!(kind, EntryKind::Dir | EntryKind::Symlink))
-        .map(|(name, _)| {
-            let file = |attr: &str| format!("net/{name}/{attr}");
-            Netdev {
-                mac: r.field(&who, &f.dir, &file("address"), parse::mac, IfMissing::Warn),
-                mtu: r.field(&who, &f.dir, &file("mtu"), parse::decimal, IfMissing::Warn),
-                // The kernel fails reads of `speed` while the link is down.
-                speed_mbps: r.field(
-                    &who,
-                    &f.dir,
-                    &file("speed"),
-                    parse::netdev_speed,
-                    IfMissing::Quiet,
-                ),
-                operstate: r.field(
-                    &who,
-                    &f.dir,
-                    &file("operstate"),
-                    parse::text,
-                    IfMissing::Warn,
-                ),
-                name,
-            }
-        })
+        .map(|(name, _)| netdev(r, f, name))
         .collect()
+}
+
+/// The netdev `name` of `f`: `net/<name>/{address,mtu,speed,operstate}`.
+pub(crate) fn netdev<B: Backend>(r: &mut Reader<'_, B>, f: &Function, name: String) -> Netdev {
+    let who = f.who();
+    let file = |attr: &str| format!("net/{name}/{attr}");
+    Netdev {
+        mac: r.field(&who, &f.dir, &file("address"), parse::mac, IfMissing::Warn),
+        mtu: r.field(&who, &f.dir, &file("mtu"), parse::decimal, IfMissing::Warn),
+        // The kernel fails reads of `speed` while the link is down.
+        speed_mbps: r.field(
+            &who,
+            &f.dir,
+            &file("speed"),
+            parse::netdev_speed,
+            IfMissing::Quiet,
+        ),
+        operstate: r.field(
+            &who,
+            &f.dir,
+            &file("operstate"),
+            parse::text,
+            IfMissing::Warn,
+        ),
+        name,
+    }
 }

@@ -27,13 +27,7 @@ pub(crate) fn rdma_devices<B: Backend>(
     names
         .into_iter()
         .map(|name| RdmaDevice {
-            firmware_version: r.field(
-                &who,
-                &f.dir,
-                &format!("infiniband/{name}/fw_ver"),
-                parse::text,
-                IfMissing::Quiet,
-            ),
+            firmware_version: firmware_version(r, f, &name),
             ports: ports(r, f, &name),
             uverbs: chars.verbs(&name),
             umad: chars.umad(&name),
@@ -41,6 +35,16 @@ pub(crate) fn rdma_devices<B: Backend>(
             name,
         })
         .collect()
+}
+
+/// `infiniband/<ibdev>/fw_ver` of `f`.
+pub(crate) fn firmware_version<B: Backend>(
+    r: &mut Reader<'_, B>,
+    f: &Function,
+    ibdev: &str,
+) -> Option<String> {
+    let file = format!("infiniband/{ibdev}/fw_ver");
+    r.field(&f.who(), &f.dir, &file, parse::text, IfMissing::Quiet)
 }
 
 fn ports<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str) -> Vec<RdmaPort> {
@@ -63,33 +67,42 @@ fn ports<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str) -> Vec<Rd
     numbers.sort_unstable();
     numbers
         .into_iter()
-        .map(|number| {
-            let file = |attr: &str| format!("{rel}/{number}/{attr}");
-            RdmaPort {
-                number,
-                state: r.field(
-                    &who,
-                    &f.dir,
-                    &file("state"),
-                    parse::port_state,
-                    IfMissing::Warn,
-                ),
-                phys_state: r.field(
-                    &who,
-                    &f.dir,
-                    &file("phys_state"),
-                    parse::port_state,
-                    IfMissing::Warn,
-                ),
-                rate: r.field(&who, &f.dir, &file("rate"), parse::text, IfMissing::Warn),
-                link_layer: r.field(
-                    &who,
-                    &f.dir,
-                    &file("link_layer"),
-                    parse::text,
-                    IfMissing::Warn,
-                ),
-            }
-        })
+        .map(|number| port(r, f, ibdev, number))
         .collect()
+}
+
+/// Port `number` of the RDMA device `ibdev` of `f`.
+pub(crate) fn port<B: Backend>(
+    r: &mut Reader<'_, B>,
+    f: &Function,
+    ibdev: &str,
+    number: u32,
+) -> RdmaPort {
+    let who = f.who();
+    let file = |attr: &str| format!("infiniband/{ibdev}/ports/{number}/{attr}");
+    RdmaPort {
+        number,
+        state: r.field(
+            &who,
+            &f.dir,
+            &file("state"),
+            parse::port_state,
+            IfMissing::Warn,
+        ),
+        phys_state: r.field(
+            &who,
+            &f.dir,
+            &file("phys_state"),
+            parse::port_state,
+            IfMissing::Warn,
+        ),
+        rate: r.field(&who, &f.dir, &file("rate"), parse::text, IfMissing::Warn),
+        link_layer: r.field(
+            &who,
+            &f.dir,
+            &file("link_layer"),
+            parse::text,
+            IfMissing::Warn,
+        ),
+    }
 }
