@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub changed: tokio::sync::watch::Sender<u64>,
     /// What `/version` answers.
     pub version: Mutex<Value>,
+    /// Connections accepted so far.
+    pub connections: std::sync::atomic::AtomicUsize,
 }
 
 /// Locks a mutex, ignoring poisoning (a panicked test thread must not hide state).

@@ -34,6 +34,7 @@ mod strategy;
 mod watch;
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use hyper::service::service_fn;
@@ -64,6 +65,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        shared.connections.fetch_add(1, Ordering::Relaxed);
         let shared = shared.clone();
         connections.spawn(async move {
             let service = service_fn(move |req| http::handle(shared.clone(), req));
@@ -112,9 +114,15 @@ impl ApiServer {
             log: Mutex::default(),
             changed: tokio::sync::watch::Sender::new(0),
             version: Mutex::new(version_info(34)),
+            connections: Default::default(),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
         Ok(Self { addr, shared, task })
+    }
+
+    /// How many connections clients have opened so far.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Relaxed)
     }
 
     /// Base URL, e.g. `http://127.0.0.1:41234`.
