@@ -109,9 +109,11 @@ impl Refresher {
     pub async fn refresh(&self) {
         let root = self.sysfs_root.clone();
         let config = self.discovery.clone();
+        let began = std::time::Instant::now();
         let found = tokio::task::spawn_blocking(move || topology::discover(&root, &config)).await;
         match found {
             Ok(Ok(inventory)) => {
+                tracing::debug!(took = ?began.elapsed(), "rediscovered");
                 self.inventory.send_if_modified(|current| {
                     let changed = **current != inventory;
                     if changed {
@@ -153,20 +155,23 @@ impl Refresher {
 
     /// Refreshes forever: rediscovers after each burst of kernel events
     /// and as [`tick_work`] says, reports health every interval.
+    ///
+    /// The safety nets are timed by the ticks' own instants (a multiple of
+    /// the interval apart), not by when the work ended, so a rescan due
+    /// every 600 s with 10 s ticks runs every 600 s, not every 610 s.
     pub async fn run(mut self) {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
+        let first = ticks.tick().await;
         let mut links = self.links.take();
         let mut uevents = self.uevents.take();
-        let (mut last_check, mut last_full) =
-            (tokio::time::Instant::now(), tokio::time::Instant::now());
+        let (mut last_check, mut last_full) = (first, first);
         loop {
-            tokio::select! {
-                _ = ticks.tick() => {
+            let began = tokio::select! {
+                at = ticks.tick() => {
                     let rescans = Rescans {
-                        since_check: last_check.elapsed(),
-                        since_full: last_full.elapsed(),
+                        since_check: at.duration_since(last_check),
+                        since_full: at.duration_since(last_full),
                         check_every: self.rescan_every,
                         full_every: self.full_rescan_every,
                     };
@@ -176,13 +181,14 @@ impl Refresher {
                             continue;
                         }
                         TickWork::Recheck => {
-                            last_check = tokio::time::Instant::now();
+                            last_check = at;
                             if self.recheck().await {
                                 continue;
                             }
                         }
                         TickWork::Rediscover => {}
                     }
+                    at
                 }
                 event = next_event(&mut links) => {
                     match event {
@@ -196,6 +202,7 @@ impl Refresher {
                             continue;
                         }
                     }
+                    tokio::time::Instant::now()
                 }
                 event = next_event(&mut uevents) => {
                     if event.is_none() {
@@ -205,10 +212,11 @@ impl Refresher {
                     }
                     tracing::debug!("uevent");
                     settle(&mut uevents, LINK_SETTLE).await;
+                    tokio::time::Instant::now()
                 }
-            }
+            };
             self.refresh().await;
-            (last_check, last_full) = (tokio::time::Instant::now(), tokio::time::Instant::now());
+            (last_check, last_full) = (began, began);
         }
     }
 }
