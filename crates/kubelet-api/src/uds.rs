@@ -5,15 +5,29 @@
 //! never removes plugin sockets), creates the parent directory, and leaves
 //! the socket readable and writable by its owner only (the kubelet runs as
 //! root, as does the agent; nobody else on the node may prepare claims);
-//! [`connect`] returns a tonic [`Channel`] that dials the socket path.
+//! every accepted connection is wrapped in [`authority::ServerConn`], so a
+//! client that sends the socket path as `:authority` (the kubelet's plugin
+//! manager does) is served; [`connect`] returns a tonic [`Channel`] that
+//! dials the socket path with authority `localhost`, as the kubelet's DRA
+//! client and device manager do.
 
 use std::io;
 use std::path::{Path, PathBuf};
 
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::authority::{self, ClientConn, ServerConn};
+
+/// The connections accepted on a socket from [`bind`], each one a
+/// [`ServerConn`] that accepts a socket path as `:authority`.
+pub type Incoming = tokio_stream::adapters::Map<
+    UnixListenerStream,
+    fn(io::Result<UnixStream>) -> io::Result<ServerConn<UnixStream>>,
+>;
 
 /// Failure to bind or dial a unix socket.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +77,7 @@ pub enum UdsError {
 /// Listens on `path`, first creating its directory and removing whatever
 /// file a previous process left there. Feed the stream to
 /// `tonic::transport::Server::serve_with_incoming`.
-pub fn bind(path: &Path) -> Result<UnixListenerStream, UdsError> {
+pub fn bind(path: &Path) -> Result<Incoming, UdsError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|source| UdsError::CreateDir {
             path: dir.to_path_buf(),
@@ -91,18 +105,43 @@ pub fn bind(path: &Path) -> Result<UnixListenerStream, UdsError> {
             source,
         }
     })?;
-    Ok(UnixListenerStream::new(listener))
+    let wrap: fn(io::Result<UnixStream>) -> io::Result<ServerConn<UnixStream>> =
+        |accepted| accepted.map(ServerConn::new);
+    Ok(UnixListenerStream::new(listener).map(wrap))
 }
 
 /// Opens a gRPC channel to the server listening on `path`.
 pub async fn connect(path: &Path) -> Result<Channel, UdsError> {
     let socket = path.to_path_buf();
-    // The URI is required by tonic but unused: every connection dials `socket`.
-    let endpoint = Endpoint::from_static("http://[::1]:50051");
+    // Every connection dials `socket`: the URI only gives the authority,
+    // `localhost` as the kubelet's own DRA and device-plugin clients send.
+    let endpoint = Endpoint::from_static("http://localhost");
     endpoint
         .connect_with_connector(tower::service_fn(move |_| {
             let socket = socket.clone();
             async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|source| UdsError::Connect {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Opens a gRPC channel to `path` that sends what grpc-go sends when it
+/// dials a bare socket path, as the kubelet's plugin manager does: the
+/// percent-encoded path as `:authority` ([`authority::grpc_go_authority`]).
+/// For test doubles that play the kubelet; the agent dials with [`connect`].
+pub async fn connect_sending_path(path: &Path) -> Result<Channel, UdsError> {
+    let socket = path.to_path_buf();
+    let sent = authority::grpc_go_authority(&path.to_string_lossy());
+    Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let (socket, sent) = (socket.clone(), sent.clone());
+            async move {
+                let io = UnixStream::connect(socket).await?;
+                Ok::<_, io::Error>(TokioIo::new(ClientConn::with_authority(io, sent)))
+            }
         }))
         .await
         .map_err(|source| UdsError::Connect {
@@ -116,31 +155,8 @@ mod tests {
     use super::*;
     use crate::pluginregistration::v1 as reg;
     use reg::registration_client::RegistrationClient;
-    use reg::registration_server::{Registration, RegistrationServer};
-    use tonic::{Request, Response, Status};
-
-    struct Fixed;
-
-    #[tonic::async_trait]
-    impl Registration for Fixed {
-        async fn get_info(
-            &self,
-            _: Request<reg::InfoRequest>,
-        ) -> Result<Response<reg::PluginInfo>, Status> {
-            Ok(Response::new(reg::PluginInfo {
-                r#type: reg::DRA_PLUGIN_TYPE.into(),
-                name: "example.com".into(),
-                endpoint: "/x/dra.sock".into(),
-                supported_versions: vec!["v1.DRAPlugin".into()],
-            }))
-        }
-        async fn notify_registration_status(
-            &self,
-            _: Request<reg::RegistrationStatus>,
-        ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
-            Ok(Response::new(reg::RegistrationStatusResponse {}))
-        }
-    }
+    use crate::authority::tests::Fixed;
+    use reg::registration_server::RegistrationServer;
 
     #[tokio::test]
     async fn serves_and_dials_over_a_unix_socket_replacing_a_stale_file() {

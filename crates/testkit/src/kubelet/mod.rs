@@ -126,9 +126,13 @@ impl KubeletSim {
     /// its info, checks it as the kubelet does (type `DRAPlugin`, a
     /// `DRAPlugin` version we speak, a reachable endpoint) and tells the
     /// plugin the outcome.
+    ///
+    /// Dials as the real kubelet does: the plugin manager with a bare
+    /// socket path (grpc-go then sends the encoded path as `:authority`),
+    /// the DRA client with a `unix:` target (authority `localhost`).
     pub async fn register(socket: &Path) -> Result<DraPluginClient, SimError> {
         let mut registration = reg::registration_client::RegistrationClient::new(
-            kubelet_api::uds::connect(socket).await?,
+            kubelet_api::uds::connect_sending_path(socket).await?,
         );
         let info = registration
             .get_info(reg::InfoRequest {})
