@@ -153,9 +153,9 @@ pub async fn connect_sending_path(path: &Path) -> Result<Channel, UdsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::authority::tests::Fixed;
     use crate::pluginregistration::v1 as reg;
     use reg::registration_client::RegistrationClient;
-    use crate::authority::tests::Fixed;
     use reg::registration_server::RegistrationServer;
 
     #[tokio::test]
