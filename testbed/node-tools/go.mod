@@ -31,4 +31,7 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
 
-tool github.com/amd/ainic-dra/testbed/node-tools/kubelet-dial
+tool (
+	github.com/amd/ainic-dra/testbed/node-tools/kubelet-dial
+	github.com/amd/ainic-dra/testbed/node-tools/pause
+)

@@ -52,3 +52,18 @@ requiredDuringSchedulingIgnoredDuringExecution:
       values: ["true"]
 {{- end -}}
 {{- end -}}
+
+{{/*
+KUBERNETES_SERVICE_HOST/PORT for clusters where the API server's Service
+address does not reach it (no kube-proxy yet, or an API server on the
+node's loopback): values apiServer.host and apiServer.port override what
+the kubelet injects. Empty: in-cluster defaults.
+*/}}
+{{- define "ainic-dra.apiServerEnv" -}}
+{{- if .Values.apiServer.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ .Values.apiServer.host | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ .Values.apiServer.port | default 443 | quote }}
+{{- end }}
+{{- end -}}
