@@ -263,3 +263,38 @@ async fn a_node_switched_to_dra_refuses_a_classic_config_serving_the_same_names(
         "nothing published"
     );
 }
+
+/// Found on the real node (issue 30): Allocate named `/dev/infiniband/...`
+/// whatever `--host-dev-root` said, so containerd failed every container of
+/// a node whose RDMA devices live elsewhere ("lstat /dev/infiniband/rdma_cm:
+/// no such file or directory"); the fake kubelet never looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_names_device_nodes_by_the_hosts_own_dev_root() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let plugins = world.tmp.path().join("device-plugins");
+    let kubelet = FakeKubelet::start(&plugins).await.unwrap();
+    let _agent = start_agent(&world, &plugins, &["--host-dev-root", "/opt/host/dev"]);
+    let r = kubelet
+        .wait_for_registration("amd.com/nic", 1, WAIT)
+        .await
+        .unwrap();
+    let mut client = kubelet.dial(&r.endpoint).await.unwrap();
+    let request = dp::AllocateRequest {
+        container_requests: vec![dp::ContainerAllocateRequest {
+            devices_ids: vec!["0000:04:00.0".into()],
+        }],
+    };
+    let answer = client.allocate(request).await.unwrap().into_inner();
+    let specs = &answer.container_responses[0].devices;
+    assert!(!specs.is_empty());
+    for spec in specs {
+        assert!(
+            spec.host_path.starts_with("/opt/host/dev/infiniband/"),
+            "{spec:?}"
+        );
+        assert!(
+            spec.container_path.starts_with("/dev/infiniband/"),
+            "{spec:?}"
+        );
+    }
+}

@@ -66,6 +66,8 @@ pub struct ResourcePlugin {
     pub options: AllocateOptions,
     /// How often socket files are checked.
     pub poll: Duration,
+    /// The host's device directory, for device specs' host paths.
+    pub host_dev: PathBuf,
 }
 
 impl ResourcePlugin {
@@ -141,6 +143,7 @@ impl ResourcePlugin {
             snapshots: self.snapshots.clone(),
             options: self.options,
             stopping: stopping.clone(),
+            host_dev: self.host_dev.clone(),
         };
         let mut until_stopped = stopping;
         let server = tonic::transport::Server::builder()

@@ -106,6 +106,7 @@ pub fn start(
             snapshots: snapshots.clone(),
             options,
             poll: settings.poll,
+            host_dev: settings.dev.on_host.clone(),
         };
         tasks.spawn(plugin.run(shutdown.clone()));
     }

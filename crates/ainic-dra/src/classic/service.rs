@@ -5,6 +5,7 @@
 //! the server generation it belongs to stops. `GetPreferredAllocation` and
 //! `Allocate` answer from the snapshot current at the call.
 
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -30,6 +31,9 @@ pub struct ResourceService {
     pub options: AllocateOptions,
     /// Flips to `true` when this server generation stops.
     pub stopping: watch::Receiver<bool>,
+    /// The host's device directory (`--host-dev-root`, `/dev`): the
+    /// runtime reads device specs' host paths on the host.
+    pub host_dev: PathBuf,
 }
 
 /// The kubelet's view of the devices of `resource` in `snapshot`.
@@ -50,7 +54,15 @@ fn to_proto_device(d: &ClassicDevice) -> dp::Device {
     }
 }
 
-fn to_proto_allocation(a: ContainerAllocation) -> dp::ContainerAllocateResponse {
+/// `/dev/infiniband/uverbs0` as the host names it: below `host_dev`.
+fn on_host(path: &str, host_dev: &Path) -> String {
+    match path.strip_prefix("/dev/") {
+        Some(relative) => host_dev.join(relative).display().to_string(),
+        None => path.to_string(),
+    }
+}
+
+fn to_proto_allocation(a: ContainerAllocation, host_dev: &Path) -> dp::ContainerAllocateResponse {
     dp::ContainerAllocateResponse {
         envs: a.envs.into_iter().collect(),
         mounts: Vec::new(),
@@ -59,7 +71,7 @@ fn to_proto_allocation(a: ContainerAllocation) -> dp::ContainerAllocateResponse 
             .into_iter()
             .map(|d| dp::DeviceSpec {
                 container_path: d.container_path,
-                host_path: d.host_path,
+                host_path: on_host(&d.host_path, host_dev),
                 permissions: d.permissions,
             })
             .collect(),
@@ -147,7 +159,7 @@ impl dp::device_plugin_server::DevicePlugin for ResourceService {
                 container_allocation(&snapshot.inventory, resource, &c.devices_ids, self.options)
                     .map_err(|e| Status::invalid_argument(e.to_string()))?;
             tracing::info!(resource = %self.resource, devices = ?c.devices_ids, "allocated");
-            container_responses.push(to_proto_allocation(answer));
+            container_responses.push(to_proto_allocation(answer, &self.host_dev));
         }
         Ok(Response::new(dp::AllocateResponse {
             container_responses,

@@ -21,6 +21,7 @@
 
 pub mod cluster;
 pub mod helm;
+pub mod node;
 pub mod wait;
 
 use std::collections::BTreeMap;
@@ -31,7 +32,7 @@ use std::sync::OnceLock;
 /// The Kubernetes releases the testbed pins.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Version {
-    /// The oldest supported release (API server only).
+    /// The oldest supported release.
     V1_34,
     /// The current release (every component).
     V1_37,
@@ -63,6 +64,15 @@ pub struct UpOptions {
     pub runtime_config: Option<String>,
     /// Start no kube-scheduler.
     pub no_scheduler: bool,
+    /// Real nodes to add (`--nodes`): node-1 … node-N, each a real kubelet
+    /// and containerd; the agent image must have been built (see
+    /// [`node::agent_image`]).
+    pub nodes: usize,
+    /// Each node's hardware (`--sysfs`): a sysfs tree or a bundled
+    /// topology's name, node K taking the K-th; default the demo topology.
+    pub sysfs: Vec<String>,
+    /// Run the stand-in GPU DRA driver on each node (`--gpus`).
+    pub gpus: bool,
 }
 
 /// A running control plane; taken down when dropped.
@@ -122,6 +132,17 @@ impl Testbed {
         }
         if options.no_scheduler {
             cmd.arg("--no-scheduler");
+        }
+        if options.nodes > 0 {
+            cmd.args(["--nodes", &options.nodes.to_string()])
+                .arg("--agent-image")
+                .arg(node::agent_image());
+            for tree in &options.sysfs {
+                cmd.args(["--sysfs", tree]);
+            }
+            if options.gpus {
+                cmd.arg("--gpus");
+            }
         }
         let status = cmd
             .stdin(Stdio::null())
