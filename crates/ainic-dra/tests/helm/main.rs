@@ -146,6 +146,8 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
         ]
@@ -591,12 +593,19 @@ fn standalone_admission_policy_equals_the_chart_one() {
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect();
-    for kind in [
+    let kinds = [
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
-    ] {
-        let chart = named(&objects, kind, "-own-node-slices");
-        let file = standalone.iter().find(|o| o["kind"] == kind).unwrap();
+    ];
+    for (kind, suffix) in kinds
+        .iter()
+        .flat_map(|k| ["-own-node-slices", "-claim-status"].map(|s| (*k, s)))
+    {
+        let chart = named(&objects, kind, suffix);
+        let file = standalone
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == chart["metadata"]["name"])
+            .unwrap_or_else(|| panic!("no {kind} *{suffix} in the standalone file"));
         objects::check_typed(file).unwrap();
         assert_eq!(
             file["metadata"]["name"], chart["metadata"]["name"],
@@ -634,6 +643,22 @@ fn the_admission_policy_is_bound_and_follows_the_service_account_name() {
     );
     let renamed = render(json!({"serviceAccount": {"name": "nic-agent"}}));
     assert!(condition(&renamed).contains("\"system:serviceaccount:ainic-system:nic-agent\""));
+    // The claim status policy judges the agent and the controller.
+    let status = named(&renamed, "ValidatingAdmissionPolicy", "-claim-status");
+    let users = status["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        users.contains("\"system:serviceaccount:ainic-system:nic-agent\"")
+            && users.contains("\"system:serviceaccount:ainic-system:ainic-dra-controller\""),
+        "{users}"
+    );
+    let binding = named(
+        &renamed,
+        "ValidatingAdmissionPolicyBinding",
+        "-claim-status",
+    );
+    assert_eq!(binding["spec"]["policyName"], status["metadata"]["name"]);
     assert!(
         find(
             &render(json!({"admissionPolicy": {"enabled": false}})),

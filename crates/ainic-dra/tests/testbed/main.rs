@@ -12,9 +12,11 @@
 
 mod admission;
 mod chart;
+mod claim_status;
 mod extended;
 mod fabric;
 mod leader;
+mod ownership;
 mod publish;
 mod schedule;
 mod sticky;
