@@ -147,6 +147,8 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",

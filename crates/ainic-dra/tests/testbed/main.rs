@@ -22,3 +22,4 @@ mod schedule;
 mod sticky;
 mod support;
 mod tenants;
+mod trust;
