@@ -397,11 +397,11 @@ fn named<'a>(objects: &'a [Rendered], kind: &str, suffix: &str) -> &'a Value {
 fn controller_rbac_is_least_privilege_and_off_when_disabled() {
     let objects = render(json!({}));
     let role = named(&objects, "ClusterRole", "-controller");
-    let wanted: Vec<String> = ["create", "delete", "get", "list", "update", "watch"]
+    let wanted: Vec<String> = ["create", "delete", "list", "update", "watch"]
         .iter()
         .map(|v| format!("resource.k8s.io/resourceslices {v}"))
         .chain(
-            ["get", "list", "patch", "watch"]
+            ["list", "patch", "watch"]
                 .iter()
                 .map(|v| format!("/nodes {v}")),
         )
@@ -472,23 +472,16 @@ fn rbac_is_least_privilege() {
     let objects = render(json!({}));
     let role = named(&objects, "ClusterRole", "-node-agent");
     let grants = grants_of(role);
-    let mut wanted: Vec<String> = [
-        "get", "list", "watch", "create", "update", "patch", "delete",
-    ]
-    .iter()
-    .map(|v| format!("resource.k8s.io/resourceslices {v}"))
-    .chain([
-        "resource.k8s.io/resourceclaims get".to_string(),
-        "resource.k8s.io/resourceclaims/status patch".to_string(),
-        "resource.k8s.io/resourceclaims/driver associated-node:patch".to_string(),
-    ])
-    .chain(
-        ["get", "list", "watch"]
-            .iter()
-            .map(|v| format!("resource.k8s.io/deviceclasses {v}")),
-    )
-    .chain(["/nodes get".to_string(), "/nodes watch".to_string()])
-    .collect();
+    let mut wanted: Vec<String> = ["list", "watch", "create", "update", "delete"]
+        .iter()
+        .map(|v| format!("resource.k8s.io/resourceslices {v}"))
+        .chain([
+            "resource.k8s.io/resourceclaims get".to_string(),
+            "resource.k8s.io/resourceclaims/status patch".to_string(),
+            "resource.k8s.io/resourceclaims/driver associated-node:patch".to_string(),
+        ])
+        .chain(["/nodes get".to_string(), "/nodes watch".to_string()])
+        .collect();
     wanted.sort();
     assert_eq!(grants, wanted);
     let binding = named(&objects, "ClusterRoleBinding", "-node-agent");

@@ -82,7 +82,8 @@ async fn an_agent_writes_only_its_own_nodes_slices() {
         .expect("rewriting another node's slice is refused");
     assert!(takeover.contains("immutable"), "{takeover}");
     assert!(refusal(slices.delete("adm-b-own", &DeleteParams::default()).await).is_some());
-    let mut own = slices.get("adm-a-own").await.unwrap();
+    // (Read as the admin: the agent lists and watches, it never gets.)
+    let mut own = admin_slices.get("adm-a-own").await.unwrap();
     own.spec.pool.generation = 2;
     assert_eq!(refusal(slices.replace("adm-a-own", &pp, &own).await), None);
     assert_eq!(
@@ -221,7 +222,7 @@ async fn the_controller_writes_only_its_own_pools() {
     // Its own pools: created, changed and deleted.
     let own = partition_slice("fabric/adm-x", DRIVER);
     assert_eq!(refusal(slices.create(&pp, &own).await), None);
-    let mut stored = slices.get("fabric-adm-x").await.unwrap();
+    let mut stored = admin_slices.get("fabric-adm-x").await.unwrap();
     stored.spec.pool.generation = 2;
     assert_eq!(
         refusal(slices.replace("fabric-adm-x", &pp, &stored).await),

@@ -116,7 +116,8 @@ async fn forgeries_are_refused(bed: &'static Testbed, a: &str, b: &str) -> usize
         refusal(slices.create(&pp, &slice(&own, own_spec(a))).await),
         None
     );
-    let mut stored = slices.get(&own).await.unwrap();
+    // (Read as the admin: the agent lists and watches, it never gets.)
+    let mut stored = admin_slices.get(&own).await.unwrap();
     stored.spec.pool.generation = 2;
     assert_eq!(refusal(slices.replace(&own, &pp, &stored).await), None);
     assert_eq!(
@@ -133,7 +134,7 @@ async fn forgeries_are_refused(bed: &'static Testbed, a: &str, b: &str) -> usize
         .create(&pp, &slice(&theirs_name, theirs))
         .await
         .unwrap();
-    let mut stored = slices.get(&theirs_name).await.unwrap();
+    let mut stored = admin_slices.get(&theirs_name).await.unwrap();
     stored.spec.pool.generation = 2;
     let changed = refusal(slices.replace(&theirs_name, &pp, &stored).await)
         .expect("another driver's slice is not the agent's to change");
