@@ -26,11 +26,12 @@
 //! only write). Stopping the controller leaves its slices,
 //! labels and every claim allocated from them alone.
 
+pub mod labels;
 pub mod lease;
 pub mod reconcile;
 mod tenants;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use dra_model::partitions::NODE_LABELS;
@@ -149,6 +150,9 @@ pub async fn run(
         identity: config.identity.clone(),
         reported: BTreeMap::new(),
         tenant_label: config.tenant_label.clone(),
+        known: BTreeMap::new(),
+        told: BTreeMap::new(),
+        untrusted: BTreeSet::new(),
     };
     tokio::pin!(shutdown);
     let mut leadership = Leadership::default();

@@ -5,17 +5,24 @@
 //!
 //! Labels are written before slices: a node joining a partition matches
 //! the partition slice's selector as soon as it carries the label.
+//!
+//! Only trusted, complete node pools are read
+//! (`dra_model::partitions::pools`): a slice in a pool not named after its
+//! node, or offered to several nodes outside the controller's pools, is
+//! logged once and counted in [`Pass::untrusted`]; a node whose pool is
+//! being rewritten counts as its last complete pool said, or, never seen
+//! complete, not at all, its labels left alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dra_model::partitions::{self, NODE_LABELS, POOL_PREFIX};
+use dra_model::partitions::{self, Collision, Ignored, NodeFacts, POOL_PREFIX, Partition};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use serde_json::{Value, json};
 
 use crate::node::publisher::dropped::{self, GatedField};
@@ -33,6 +40,13 @@ pub struct Pass {
     pub events: usize,
     /// Tenant binding labels and claim answers written.
     pub tenant_writes: usize,
+    /// Slices of the driver not read as a node's pool (untrusted shape).
+    pub untrusted: usize,
+    /// Nodes whose pool was half written and never seen complete: not
+    /// counted, labels left alone.
+    pub unknown: usize,
+    /// Label values two fabric names make (the newcomer got none).
+    pub collisions: usize,
 }
 
 /// The parts a pass works with.
@@ -59,6 +73,13 @@ pub struct Reconciler {
     pub reported: BTreeMap<String, String>,
     /// Namespace label naming a namespace's tenant (sticky tenant binding).
     pub tenant_label: String,
+    /// Each node's facts from its last complete pool, for passes that
+    /// find it half written.
+    pub known: BTreeMap<String, NodeFacts>,
+    /// Nodes told of a label collision, with what they were told.
+    pub told: BTreeMap<String, String>,
+    /// Untrusted slices already logged (logged again if they go and come).
+    pub untrusted: BTreeSet<Ignored>,
 }
 
 /// Why a pass failed.
@@ -89,7 +110,7 @@ impl Reconciler {
         let params = ListParams::default().fields(&fields);
         let all = self.slices.list(&params).await;
         let all = all.map_err(failed("list resource slices"))?.items;
-        let mut found = partitions::partitions(&all, &self.driver);
+        let (mut found, mut collisions, unknown) = self.read_pools(&all);
         let claims = self.claims.list(&ListParams::default()).await;
         let claims = claims.map_err(failed("list resource claims"))?.items;
         partitions::count_allocated(&mut found, &claims, &self.driver);
@@ -97,6 +118,8 @@ impl Reconciler {
             partitions: (found.iter())
                 .map(|(name, p)| (name.clone(), p.nodes.len()))
                 .collect(),
+            untrusted: self.untrusted.len(),
+            unknown: unknown.len(),
             ..Pass::default()
         };
         // Metadata only: a cluster's full Node objects are large.
@@ -110,21 +133,54 @@ impl Reconciler {
                     )
                 })
                 .collect();
-        pass.labels =
-            (self.label_nodes(&node_labels, &partitions::node_fabric_labels(&found))).await?;
+        let wanted = partitions::node_fabric_labels(&found);
+        collisions.extend(wanted.collisions);
+        pass.collisions = collisions.len();
         // A node that could not be labelled is logged and tried again at the
         // next pass; the slices are written regardless.
+        pass.labels = self
+            .label_nodes(&node_labels, &wanted.nodes, &unknown)
+            .await;
         let desired = partitions::partition_slices(&found, &self.driver, self.shared);
         let ours: Vec<ResourceSlice> = (all.into_iter())
             .filter(|s| s.spec.node_name.is_none() && s.spec.pool.name.starts_with(POOL_PREFIX))
             .collect();
         let slices = self.write_slices(&desired, &ours).await;
         pass.events = self.tell_unfit(&found, &claims).await;
+        pass.events += self.tell_collisions(&collisions).await;
         // Pods wait on the tenant answers: a failed slice write must not
         // hold them back.
         pass.tenant_writes = self.bind_tenants(&claims, &node_labels).await?;
         pass.slices = slices?;
         Ok(pass)
+    }
+
+    /// The partitions of the trusted node pools among `all` (a half
+    /// written one as it last was), the label collisions, and the nodes
+    /// of which nothing is known.
+    fn read_pools(
+        &mut self,
+        all: &[ResourceSlice],
+    ) -> (
+        BTreeMap<String, Partition>,
+        Vec<Collision>,
+        BTreeSet<String>,
+    ) {
+        let pools = partitions::node_pools(all, &self.driver);
+        let untrusted: BTreeSet<Ignored> = pools.ignored.iter().cloned().collect();
+        for slice in untrusted.difference(&self.untrusted) {
+            tracing::warn!(%slice, "resource slice ignored: not a pool a node agent may publish");
+        }
+        self.untrusted = untrusted;
+        for (node, (present, announced)) in &pools.incomplete {
+            tracing::debug!(%node, present, announced, "node pool half written; using what it last said");
+        }
+        let fresh = partitions::node_facts(&pools, &self.driver);
+        let (facts, unknown) = super::labels::remembered(fresh, &pools.incomplete, &self.known);
+        let held = partitions::held_labels(all, &self.driver);
+        let (found, collisions) = partitions::from_facts(&facts, &held);
+        self.known = facts;
+        (found, collisions, unknown)
     }
 
     /// Posts a Warning Event on each unallocated partition claim that no
@@ -143,7 +199,7 @@ impl Reconciler {
             };
             let uid = claim.metadata.uid.clone().unwrap_or_default();
             if self.reported.get(&uid) != Some(&why) {
-                match self.post_event(claim, &why).await {
+                match self.post_claim_event(claim, &why).await {
                     Ok(()) => posted += 1,
                     Err(error) => {
                         tracing::warn!(claim = ?claim.metadata.name, %error, "cannot post the event; trying again at the next pass");
@@ -159,76 +215,50 @@ impl Reconciler {
         posted
     }
 
-    async fn post_event(&self, claim: &ResourceClaim, why: &str) -> Result<(), kube::Error> {
+    async fn post_claim_event(&self, claim: &ResourceClaim, why: &str) -> Result<(), kube::Error> {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let event = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{name}-")),
-                namespace: Some(namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            action: Some("Allocate".into()),
-            reason: Some("NoFabricPartitionFits".into()),
-            note: Some(why.to_string()),
-            type_: Some("Warning".into()),
-            reporting_controller: Some(format!("{}/controller", self.driver)),
-            reporting_instance: Some(self.identity.clone()),
-            regarding: Some(ObjectReference {
-                api_version: Some("resource.k8s.io/v1".into()),
-                kind: Some("ResourceClaim".into()),
-                name: Some(name),
-                namespace: Some(namespace.clone()),
-                uid: claim.metadata.uid.clone(),
-                ..ObjectReference::default()
-            }),
-            ..Event::default()
+        let regarding = ObjectReference {
+            api_version: Some("resource.k8s.io/v1".into()),
+            kind: Some("ResourceClaim".into()),
+            name: claim.metadata.name.clone(),
+            namespace: Some(namespace.clone()),
+            uid: claim.metadata.uid.clone(),
+            ..ObjectReference::default()
         };
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        events.create(&PostParams::default(), &event).await?;
+        let event = ("Allocate", "NoFabricPartitionFits", why);
+        self.post_event(regarding, &namespace, event).await?;
         tracing::info!(claim = ?claim.metadata.name, %namespace, why, "claim fits no fabric partition");
         Ok(())
     }
 
-    /// Sets the labels of [`NODE_LABELS`] as `wanted` says on every node,
-    /// removing those it does not name; how many nodes changed.
-    async fn label_nodes(
+    /// Posts a Warning Event (action, reason, note) about `regarding` in
+    /// `namespace`.
+    pub(super) async fn post_event(
         &self,
-        nodes: &BTreeMap<String, BTreeMap<String, String>>,
-        wanted: &BTreeMap<String, BTreeMap<&'static str, String>>,
-    ) -> Result<usize, PassError> {
-        let none = BTreeMap::new();
-        let mut changed = 0;
-        for (name, labels) in nodes {
-            let want = wanted.get(name).unwrap_or(&none);
-            // A merge patch: a value sets the label, null removes it.
-            let changes: serde_json::Map<String, Value> = NODE_LABELS
-                .iter()
-                .filter(|key| labels.get(**key) != want.get(**key))
-                .map(|key| (key.to_string(), json!(want.get(key))))
-                .collect();
-            if changes.is_empty() {
-                continue;
-            }
-            let patch = json!({"metadata": {"labels": changes}});
-            let done = self
-                .nodes
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-            match done {
-                Ok(_) => {
-                    tracing::info!(node = %name, labels = ?want, "node fabric labels set");
-                    changed += 1;
-                }
-                // Deleted since the list: nothing to label.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(error) => {
-                    tracing::warn!(node = %name, %error, "cannot label the node; trying again at the next pass");
-                }
-            }
-        }
-        Ok(changed)
+        regarding: ObjectReference,
+        namespace: &str,
+        (action, reason, note): (&str, &str, &str),
+    ) -> Result<(), kube::Error> {
+        let name = regarding.name.clone().unwrap_or_default();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{name}-")),
+                namespace: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            action: Some(action.into()),
+            reason: Some(reason.into()),
+            note: Some(note.to_string()),
+            type_: Some("Warning".into()),
+            reporting_controller: Some(format!("{}/controller", self.driver)),
+            reporting_instance: Some(self.identity.clone()),
+            regarding: Some(regarding),
+            ..Event::default()
+        };
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
+        events.create(&PostParams::default(), &event).await?;
+        Ok(())
     }
 
     /// Makes the controller's slices equal `desired`; how many writes.

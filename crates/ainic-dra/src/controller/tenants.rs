@@ -5,14 +5,16 @@
 //! `tenant-bound` / `tenant-conflict` conditions on the claims' shares.
 //!
 //! Labels go first: a crash between the two leaves a label whose claim is
-//! still unanswered, and the next pass answers it the same way. Conditions
+//! still unanswered, and the next pass answers it the same way. They are
+//! applied per node under the field manager `<driver>/tenant-binding`
+//! ([`super::labels`]), naming every binding label the node keeps. Conditions
 //! are written by server-side apply under the field manager
 //! `<driver>/tenant-binding` (the agent's `Ready` and network data on the
 //! same entries are its own), naming the claim's UID so that a recreated
 //! claim is not answered by mistake; a claim deallocated meanwhile is
 //! refused by the API server (the entry must name an allocated device).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use dra_model::names::{self, CONDITION_TENANT_BOUND, CONDITION_TENANT_CONFLICT};
 use dra_model::tenancy::{self, Answer, ClaimAnswer, LabelChange};
@@ -22,6 +24,7 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use super::labels::{apply_labels, tenant_manager};
 use super::reconcile::{PassError, Reconciler, failed};
 use crate::node::plugin::ClaimRef;
 use crate::node::plugin::status::apply_body;
@@ -46,12 +49,17 @@ impl Reconciler {
         }
         let mut writes = 0;
         let mut unlabelled = Vec::new();
+        let mut by_node: BTreeMap<&str, Vec<&LabelChange>> = BTreeMap::new();
         for change in &plan.labels {
-            match self.write_label(change).await {
-                Ok(()) => writes += 1,
+            by_node.entry(&change.node).or_default().push(change);
+        }
+        for (node, changes) in by_node {
+            let now = node_labels.get(node);
+            match self.write_labels(node, now, &changes).await {
+                Ok(()) => writes += changes.len(),
                 Err(error) => {
-                    tracing::warn!(node = %change.node, key = %change.key, %error, "cannot write the tenant binding label; trying again at the next pass");
-                    unlabelled.push(change.node.clone());
+                    tracing::warn!(%node, %error, "cannot write the tenant binding labels; trying again at the next pass");
+                    unlabelled.push(node.to_string());
                 }
             }
         }
@@ -98,13 +106,37 @@ impl Reconciler {
         Ok(out)
     }
 
-    async fn write_label(&self, change: &LabelChange) -> Result<(), kube::Error> {
-        let patch = json!({"metadata": {"labels": {&change.key: change.value}}});
-        let done = (self.nodes)
-            .patch(&change.node, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
-        tracing::info!(node = %change.node, key = %change.key, value = ?change.value, ok = done.is_ok(), "tenant binding label");
-        done.map(|_| ())
+    /// Applies `changes` to node `node`'s binding labels (`now`: all its
+    /// labels as listed), as the tenant manager: the apply names every
+    /// binding label the node keeps.
+    async fn write_labels(
+        &self,
+        node: &str,
+        now: Option<&BTreeMap<String, String>>,
+        changes: &[&LabelChange],
+    ) -> Result<(), kube::Error> {
+        let prefix = names::qualified(&self.driver, names::LABEL_BOUND_TENANT_PREFIX);
+        let mut want: BTreeMap<String, String> = (now.into_iter().flatten())
+            .filter(|(key, _)| key.starts_with(&prefix))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        let mut stale = BTreeSet::new();
+        for change in changes {
+            match &change.value {
+                Some(value) => {
+                    want.insert(change.key.clone(), value.clone());
+                    stale.remove(&change.key);
+                }
+                None => {
+                    want.remove(&change.key);
+                    stale.insert(change.key.clone());
+                }
+            }
+        }
+        let manager = tenant_manager(&self.driver);
+        let done = apply_labels(&self.nodes, node, &manager, &want, &stale).await;
+        tracing::info!(%node, changes = ?changes, ok = done.is_ok(), "tenant binding labels");
+        done
     }
 
     async fn write_answer(&self, answer: &ClaimAnswer) -> Result<(), kube::Error> {
@@ -149,7 +181,7 @@ impl Reconciler {
             uid: answer.uid.clone(),
             name: answer.name.clone(),
         };
-        let manager = format!("{}/tenant-binding", self.driver);
+        let manager = tenant_manager(&self.driver);
         api.patch_status(
             &answer.name,
             &PatchParams::apply(&manager).force(),

@@ -88,7 +88,7 @@ pub fn run(story: &Story, world: &World, features: Features, placed: &mut Placed
     let agents: Vec<ResourceSlice> = world.api.list();
     let found = partitions::partitions(&agents, DRIVER);
     let partition_slices = partitions::partition_slices(&found, DRIVER, true);
-    let labels = partitions::node_fabric_labels(&found);
+    let labels = partitions::node_fabric_labels(&found).nodes;
     for slice in &partition_slices {
         world.api.seed(slice);
     }

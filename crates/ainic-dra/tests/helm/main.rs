@@ -146,6 +146,10 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
             "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
         ]
@@ -393,11 +397,11 @@ fn named<'a>(objects: &'a [Rendered], kind: &str, suffix: &str) -> &'a Value {
 fn controller_rbac_is_least_privilege_and_off_when_disabled() {
     let objects = render(json!({}));
     let role = named(&objects, "ClusterRole", "-controller");
-    let wanted: Vec<String> = ["create", "delete", "get", "list", "update", "watch"]
+    let wanted: Vec<String> = ["create", "delete", "list", "update", "watch"]
         .iter()
         .map(|v| format!("resource.k8s.io/resourceslices {v}"))
         .chain(
-            ["get", "list", "patch", "watch"]
+            ["list", "patch", "watch"]
                 .iter()
                 .map(|v| format!("/nodes {v}")),
         )
@@ -468,23 +472,16 @@ fn rbac_is_least_privilege() {
     let objects = render(json!({}));
     let role = named(&objects, "ClusterRole", "-node-agent");
     let grants = grants_of(role);
-    let mut wanted: Vec<String> = [
-        "get", "list", "watch", "create", "update", "patch", "delete",
-    ]
-    .iter()
-    .map(|v| format!("resource.k8s.io/resourceslices {v}"))
-    .chain([
-        "resource.k8s.io/resourceclaims get".to_string(),
-        "resource.k8s.io/resourceclaims/status patch".to_string(),
-        "resource.k8s.io/resourceclaims/driver associated-node:patch".to_string(),
-    ])
-    .chain(
-        ["get", "list", "watch"]
-            .iter()
-            .map(|v| format!("resource.k8s.io/deviceclasses {v}")),
-    )
-    .chain(["/nodes get".to_string(), "/nodes watch".to_string()])
-    .collect();
+    let mut wanted: Vec<String> = ["list", "watch", "create", "update", "delete"]
+        .iter()
+        .map(|v| format!("resource.k8s.io/resourceslices {v}"))
+        .chain([
+            "resource.k8s.io/resourceclaims get".to_string(),
+            "resource.k8s.io/resourceclaims/status patch".to_string(),
+            "resource.k8s.io/resourceclaims/driver associated-node:patch".to_string(),
+        ])
+        .chain(["/nodes get".to_string(), "/nodes watch".to_string()])
+        .collect();
     wanted.sort();
     assert_eq!(grants, wanted);
     let binding = named(&objects, "ClusterRoleBinding", "-node-agent");
@@ -591,12 +588,19 @@ fn standalone_admission_policy_equals_the_chart_one() {
         .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect();
-    for kind in [
+    let kinds = [
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
-    ] {
-        let chart = named(&objects, kind, "-own-node-slices");
-        let file = standalone.iter().find(|o| o["kind"] == kind).unwrap();
+    ];
+    for (kind, suffix) in kinds
+        .iter()
+        .flat_map(|k| ["-own-node-slices", "-claim-status"].map(|s| (*k, s)))
+    {
+        let chart = named(&objects, kind, suffix);
+        let file = standalone
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == chart["metadata"]["name"])
+            .unwrap_or_else(|| panic!("no {kind} *{suffix} in the standalone file"));
         objects::check_typed(file).unwrap();
         assert_eq!(
             file["metadata"]["name"], chart["metadata"]["name"],
@@ -634,6 +638,22 @@ fn the_admission_policy_is_bound_and_follows_the_service_account_name() {
     );
     let renamed = render(json!({"serviceAccount": {"name": "nic-agent"}}));
     assert!(condition(&renamed).contains("\"system:serviceaccount:ainic-system:nic-agent\""));
+    // The claim status policy judges the agent and the controller.
+    let status = named(&renamed, "ValidatingAdmissionPolicy", "-claim-status");
+    let users = status["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        users.contains("\"system:serviceaccount:ainic-system:nic-agent\"")
+            && users.contains("\"system:serviceaccount:ainic-system:ainic-dra-controller\""),
+        "{users}"
+    );
+    let binding = named(
+        &renamed,
+        "ValidatingAdmissionPolicyBinding",
+        "-claim-status",
+    );
+    assert_eq!(binding["spec"]["policyName"], status["metadata"]["name"]);
     assert!(
         find(
             &render(json!({"admissionPolicy": {"enabled": false}})),

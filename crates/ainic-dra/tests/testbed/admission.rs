@@ -16,9 +16,12 @@ use testkit::testbed::{Testbed, Version, client_from, cluster, wait};
 
 use crate::support::{ACCOUNT, DRIVER, NAMESPACE, install_chart};
 
+/// A slice in the pool of `node` (as an agent publishes it), or, without
+/// a node, in pool `name` for all nodes.
 fn slice(name: &str, node: Option<&str>) -> ResourceSlice {
+    let pool = node.unwrap_or(name);
     let mut spec = json!({"driver": DRIVER,
-        "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}});
+        "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1}});
     match node {
         Some(node) => spec["nodeName"] = json!(node),
         None => spec["allNodes"] = json!(true),
@@ -27,7 +30,7 @@ fn slice(name: &str, node: Option<&str>) -> ResourceSlice {
 }
 
 /// The message of a refused write, or `None` when it was accepted.
-fn refusal<T>(result: Result<T, kube::Error>) -> Option<String> {
+pub(crate) fn refusal<T>(result: Result<T, kube::Error>) -> Option<String> {
     match result {
         Ok(_) => None,
         Err(kube::Error::Api(e)) => Some(format!("{} {}", e.code, e.message)),
@@ -60,7 +63,7 @@ async fn an_agent_writes_only_its_own_nodes_slices() {
     )
     .expect("a slice of another node is refused");
     assert!(
-        other.contains("may only write ResourceSlices with spec.nodeName adm-a"),
+        other.contains("may only write ResourceSlices of its own pool adm-a, not pool adm-b"),
         "{other}"
     );
     assert!(refusal(slices.create(&pp, &slice("adm-a-all", None)).await).is_some());
@@ -79,7 +82,8 @@ async fn an_agent_writes_only_its_own_nodes_slices() {
         .expect("rewriting another node's slice is refused");
     assert!(takeover.contains("immutable"), "{takeover}");
     assert!(refusal(slices.delete("adm-b-own", &DeleteParams::default()).await).is_some());
-    let mut own = slices.get("adm-a-own").await.unwrap();
+    // (Read as the admin: the agent lists and watches, it never gets.)
+    let mut own = admin_slices.get("adm-a-own").await.unwrap();
     own.spec.pool.generation = 2;
     assert_eq!(refusal(slices.replace("adm-a-own", &pp, &own).await), None);
     assert_eq!(
@@ -218,7 +222,7 @@ async fn the_controller_writes_only_its_own_pools() {
     // Its own pools: created, changed and deleted.
     let own = partition_slice("fabric/adm-x", DRIVER);
     assert_eq!(refusal(slices.create(&pp, &own).await), None);
-    let mut stored = slices.get("fabric-adm-x").await.unwrap();
+    let mut stored = admin_slices.get("fabric-adm-x").await.unwrap();
     stored.spec.pool.generation = 2;
     assert_eq!(
         refusal(slices.replace("fabric-adm-x", &pp, &stored).await),

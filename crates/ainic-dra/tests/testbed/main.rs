@@ -12,11 +12,14 @@
 
 mod admission;
 mod chart;
+mod claim_status;
 mod extended;
 mod fabric;
 mod leader;
+mod ownership;
 mod publish;
 mod schedule;
 mod sticky;
 mod support;
 mod tenants;
+mod trust;
