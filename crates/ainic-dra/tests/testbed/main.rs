@@ -14,6 +14,7 @@ mod admission;
 mod chart;
 mod extended;
 mod fabric;
+mod fencing;
 mod leader;
 mod publish;
 mod schedule;
