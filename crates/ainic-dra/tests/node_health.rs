@@ -86,7 +86,16 @@ async fn ready_after_registration_and_metrics_count_claims_and_devices() {
     let (status, body) = http_get(&agent.http, "/readyz").await;
     assert_eq!(status, 503, "{body}");
     let kubelet = world.register().await;
-    assert_eq!(http_get(&agent.http, "/readyz").await.0, 200);
+    // Registered, and (at about the same moment) the Node read: ready.
+    let mut ready = 0;
+    for _ in 0..500 {
+        ready = http_get(&agent.http, "/readyz").await.0;
+        if ready == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready, 200);
 
     let claim = world.claim("c", &[("nic", DRIVER, NODE, "pf-0000-04-00-0")], json!([]));
     let bad = world.claim("d", &[("nic", DRIVER, NODE, "pf-0000-99-00-0")], json!([]));

@@ -132,23 +132,37 @@ fn fabric_sources_set_rail_fabric_and_leaf() {
     );
 }
 
+/// Issue 29 item 1: a bad fabric config was logged and the slices built
+/// with fabric defaults, dropping every tenant the file set. Now it is an
+/// error naming the file, the entry and its line.
 #[test]
-fn bad_fabric_config_is_reported_and_defaults_are_published() {
+fn a_bad_fabric_config_is_an_error_naming_file_entry_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let fabric = dir.path().join("fabric.yaml");
-    std::fs::write(&fabric, "nodes:\n  node-a:\n    leafswich: leaf-9\n").unwrap();
-    let (slices, stderr) = slices_json(&[
+    std::fs::write(
+        &fabric,
+        "nodes:\n  node-a:\n    tenant: team-a\n    leafswich: leaf-9\n",
+    )
+    .unwrap();
+    let out = ainic(&[
+        "slices",
         "--topology",
         "mi300x-8gpu-8nic",
+        "--node-name",
+        "node-a",
         "--fabric-config",
         fabric.to_str().unwrap(),
     ]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "no slices printed");
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(fabric.to_str().unwrap()) && stderr.contains("leafswich"),
+        stderr.contains(fabric.to_str().unwrap())
+            && stderr.contains("nodes.node-a")
+            && stderr.contains("leafswich")
+            && stderr.contains("line 4"),
         "{stderr}"
     );
-    let fabric_attr = attr(&slices, "pf-0000-04-00-0", "ainic.amd.com/fabric").unwrap();
-    assert_eq!(fabric_attr.string.as_deref(), Some("default"));
 }
 
 #[test]

@@ -13,6 +13,11 @@
 //!   - destination: 10.20.0.0/16
 //!     gateway: 10.10.0.1         # none: a route on the link
 //! ```
+//!
+//! A DeviceClass's settings are pinned: [`NetdevSettings::merge`] takes
+//! every field the class sets from the class and refuses a claim that sets
+//! one of them to another value; the fields the class leaves unset come
+//! from the claim. The same function serves prepare and admission.
 
 use std::net::IpAddr;
 
@@ -28,9 +33,10 @@ pub struct NetdevSettings {
     pub mtu: Option<u32>,
     /// Addresses in CIDR form; unset keeps the host's.
     pub addresses: Option<Vec<String>>,
-    /// Routes to add inside the pod.
-    #[serde(default)]
-    pub routes: Vec<RouteSettings>,
+    /// Routes to add inside the pod; unset adds none (and, in a class,
+    /// leaves them to the claim, where `[]` pins "no routes").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<Vec<RouteSettings>>,
 }
 
 /// One route as written.
@@ -90,6 +96,39 @@ pub struct NetdevError {
     pub message: String,
 }
 
+/// A claim sets a field its DeviceClass pinned to another value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("netdev.{field} is pinned to {class} by the DeviceClass; the claim sets {claim}")]
+pub struct PinnedField {
+    /// The field under `netdev` (`interfaceName`, `mtu`, `addresses`, `routes`).
+    pub field: &'static str,
+    /// The class's value, as JSON.
+    pub class: String,
+    /// The claim's value, as JSON.
+    pub claim: String,
+}
+
+/// `Err` naming `field` when both set it and the values differ.
+fn pin<T: PartialEq + Serialize>(
+    field: &'static str,
+    class: Option<&T>,
+    claim: Option<&T>,
+) -> Result<(), PinnedField> {
+    match (class, claim) {
+        (Some(class), Some(claim)) if class != claim => Err(PinnedField {
+            field,
+            class: shown(class),
+            claim: shown(claim),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A value as compact JSON, for messages.
+fn shown<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "?".into())
+}
+
 fn error(field: impl Into<String>, message: impl Into<String>) -> NetdevError {
     NetdevError {
         field: field.into(),
@@ -133,6 +172,43 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 impl NetdevSettings {
+    /// These settings with every field `later` sets taken from `later`:
+    /// how the entries of one source (a class's, or a claim's) combine.
+    pub fn overlay(&self, later: &NetdevSettings) -> NetdevSettings {
+        NetdevSettings {
+            interface_name: (later.interface_name.clone()).or_else(|| self.interface_name.clone()),
+            mtu: later.mtu.or(self.mtu),
+            addresses: (later.addresses.clone()).or_else(|| self.addresses.clone()),
+            routes: (later.routes.clone()).or_else(|| self.routes.clone()),
+        }
+    }
+
+    /// Refuses `claim` when it sets a field `class` sets, to another value
+    /// (values compared as written); names the first such field.
+    pub fn check_pinned(class: &NetdevSettings, claim: &NetdevSettings) -> Result<(), PinnedField> {
+        pin(
+            "interfaceName",
+            class.interface_name.as_ref(),
+            claim.interface_name.as_ref(),
+        )?;
+        pin("mtu", class.mtu.as_ref(), claim.mtu.as_ref())?;
+        pin(
+            "addresses",
+            class.addresses.as_ref(),
+            claim.addresses.as_ref(),
+        )?;
+        pin("routes", class.routes.as_ref(), claim.routes.as_ref())
+    }
+
+    /// The settings a request gets: each field the class sets (pinned),
+    /// the claim's value for each field the class leaves unset. A claim
+    /// setting a pinned field to another value is refused; repeating the
+    /// class's value is fine.
+    pub fn merge(class: &NetdevSettings, claim: &NetdevSettings) -> Result<Self, PinnedField> {
+        Self::check_pinned(class, claim)?;
+        Ok(claim.overlay(class))
+    }
+
     /// Checks the settings before the NIC is known (at prepare, for the
     /// claim): everything but the default name, which is the host's.
     pub fn check(&self) -> Result<(), NetdevError> {
@@ -166,7 +242,7 @@ impl NetdevSettings {
                 format!("{mtu} is below 1280, the least IPv6 needs"),
             ));
         }
-        let routes = (self.routes.iter().enumerate())
+        let routes = (self.routes.iter().flatten().enumerate())
             .map(|(i, r)| route(r).map_err(|(f, m)| error(format!("routes[{i}].{f}"), m)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(NetdevPlan {
@@ -274,6 +350,74 @@ mod tests {
                 "{yaml}: {err}"
             );
         }
+    }
+
+    /// Issue 29 item 6: each field a class sets is pinned. For every field,
+    /// a claim setting another value is refused naming it, the same value
+    /// passes, and a class leaving it unset takes the claim's.
+    #[test]
+    fn each_field_the_class_sets_is_pinned_and_each_it_leaves_unset_merges() {
+        let cases = [
+            (
+                "interfaceName",
+                "interfaceName: net1",
+                "interfaceName: evil0",
+            ),
+            ("mtu", "mtu: 9000", "mtu: 1500"),
+            (
+                "addresses",
+                "addresses: [10.10.0.2/24]",
+                "addresses: [10.10.0.9/24]",
+            ),
+            (
+                "routes",
+                "routes: [{destination: 10.20.0.0/16, gateway: 10.10.0.1}]",
+                "routes: [{destination: 0.0.0.0/0, gateway: 10.10.0.66}]",
+            ),
+            ("routes", "routes: []", "routes: [{destination: 0.0.0.0/0}]"),
+        ];
+        for (field, class_yaml, claim_yaml) in cases {
+            let (class, claim) = (settings(class_yaml), settings(claim_yaml));
+            let err = NetdevSettings::merge(&class, &claim).unwrap_err();
+            assert_eq!(err.field, field, "{class_yaml} / {claim_yaml}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("netdev.{field} is pinned")),
+                "{text}"
+            );
+            // The same value as the class is fine, and changes nothing.
+            assert_eq!(NetdevSettings::merge(&class, &class), Ok(class.clone()));
+            // Unset in the class: the claim's value.
+            let merged = NetdevSettings::merge(&NetdevSettings::default(), &claim).unwrap();
+            assert_eq!(merged, claim, "{claim_yaml}");
+            // Unset in the claim: the class's value.
+            let merged = NetdevSettings::merge(&class, &NetdevSettings::default()).unwrap();
+            assert_eq!(merged, class, "{class_yaml}");
+        }
+    }
+
+    /// Issue 29 item 6: a claim that only sets `mtu` used to replace the
+    /// class's block whole, dropping its addresses and routes.
+    #[test]
+    fn a_claim_setting_only_the_mtu_keeps_the_class_addresses_and_routes() {
+        let class = settings(
+            "interfaceName: net1\naddresses: [10.10.0.2/24]\nroutes: [{destination: 10.20.0.0/16, gateway: 10.10.0.1}]",
+        );
+        let merged = NetdevSettings::merge(&class, &settings("mtu: 9000")).unwrap();
+        let plan = merged.plan("enp4s0").unwrap();
+        assert_eq!(plan.name, "net1");
+        assert_eq!(plan.mtu, Some(9000));
+        assert_eq!(plan.addresses.unwrap()[0].to_string(), "10.10.0.2/24");
+        assert_eq!(plan.routes.len(), 1);
+    }
+
+    #[test]
+    fn later_entries_of_one_source_override_field_by_field() {
+        let first = settings("interfaceName: net1\nmtu: 1500");
+        let later = settings("mtu: 9000");
+        let both = first.overlay(&later);
+        assert_eq!(both.interface_name.as_deref(), Some("net1"));
+        assert_eq!(both.mtu, Some(9000));
     }
 
     #[test]

@@ -5,14 +5,19 @@
 //! The allocation result of a claim carries the configuration of the class
 //! (`source: FromClass`) and of the claim (`source: FromClaim`). For one
 //! request, every entry of this driver that names the request (or names no
-//! request) applies: class entries first, then claim entries, each later
-//! field overriding an earlier one, so the claim wins.
+//! request) applies. The class's entries combine first, a later entry's
+//! field overriding an earlier one's; so do the claim's. Then
+//! [`merge_claim`] puts the claim under its class (admins control
+//! DeviceClasses; anyone who can create a claim controls its config):
 //!
-//! Except where that would widen access: fields that give a container more
-//! devices (`umad`, `issm`) are granted only by the class (admins control
-//! DeviceClasses; anyone who can create a claim controls its config). A
-//! claim may turn them off, or repeat what its class grants; a claim asking
-//! for one its class does not grant is an error naming the field.
+//! - `mode` and every field of `netdev` that the class sets are pinned: a
+//!   claim entry setting one to another value is an error naming the field
+//!   (repeating the class's value is fine); the fields the class leaves
+//!   unset come from the claim;
+//! - `umad` and `issm` give a container more devices, so only the class
+//!   grants them: a claim may turn them off, or repeat what its class
+//!   grants; a claim asking for one its class does not grant is an error
+//!   naming the field.
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use serde::{Deserialize, Serialize};
@@ -61,8 +66,8 @@ pub struct NicConfig {
     pub umad: bool,
     /// Also give the container the subnet-management devices (`issmN`).
     pub issm: bool,
-    /// Exclusive netdev mode's settings (checked); the last object that
-    /// sets them wins whole.
+    /// Exclusive netdev mode's settings (checked): the class's fields,
+    /// and the claim's where the class sets none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netdev: Option<crate::netdev::NetdevSettings>,
 }
@@ -113,6 +118,18 @@ pub enum NicConfigError {
         /// The field (`umad`, `issm`).
         field: &'static str,
     },
+    /// A claim sets a field its class pinned (`mode`, `netdev.*`) to
+    /// another value.
+    #[error(
+        "FromClaim config for request {request:?} sets {} to {}, but its DeviceClass pins {} to {}; drop {} from the claim's config, or ask an admin for a class that leaves it unset",
+        .pinned.field, .pinned.claim, .pinned.field, .pinned.class, .pinned.field
+    )]
+    Pinned {
+        /// The request being configured.
+        request: String,
+        /// Which field, and both values (boxed: the error stays small).
+        pinned: Box<Pinned>,
+    },
     /// The `netdev` settings are not usable.
     #[error("{source_kind} config for request {request:?}: {error}")]
     Netdev {
@@ -145,14 +162,86 @@ impl NicConfigObject {
         Self::deserialize(value)
     }
 
-    /// Applies the fields this object sets on top of `base`.
-    pub fn apply(&self, base: NicConfig) -> NicConfig {
-        NicConfig {
-            mode: self.mode.unwrap_or(base.mode),
-            umad: self.umad.unwrap_or(base.umad),
-            issm: self.issm.unwrap_or(base.issm),
-            netdev: self.netdev.clone().or(base.netdev),
+    /// This object with every field `later` sets taken from `later`
+    /// (`netdev` field by field): how the entries of one source combine.
+    pub fn overlay(&self, later: &NicConfigObject) -> NicConfigObject {
+        let netdev = match (&self.netdev, &later.netdev) {
+            (Some(earlier), Some(later)) => Some(earlier.overlay(later)),
+            (earlier, later) => later.clone().or_else(|| earlier.clone()),
+        };
+        NicConfigObject {
+            api_version: later.api_version.clone(),
+            kind: later.kind.clone(),
+            mode: later.mode.or(self.mode),
+            umad: later.umad.or(self.umad),
+            issm: later.issm.or(self.issm),
+            netdev,
         }
+    }
+}
+
+/// A field a claim sets against its class's pin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned {
+    /// The field (`mode`, `netdev.addresses`, ...).
+    pub field: String,
+    /// The class's value, as JSON.
+    pub class: String,
+    /// The claim's value, as JSON.
+    pub claim: String,
+}
+
+/// Checks one claim entry against what its class set (`class`, the class's
+/// entries combined): refused when it turns on `umad` or `issm` the class
+/// does not grant, or sets `mode` or a `netdev` field the class pinned to
+/// another value. Pure: prepare and admission checks call the same.
+pub fn check_claim_entry(
+    class: &NicConfigObject,
+    entry: &NicConfigObject,
+    request: &str,
+) -> Result<(), NicConfigError> {
+    refuse_widening(entry, class, request)?;
+    let pinned = |field: String, class: String, claim: String| NicConfigError::Pinned {
+        request: request.to_string(),
+        pinned: Box::new(Pinned {
+            field,
+            class,
+            claim,
+        }),
+    };
+    if let (Some(class_mode), Some(mode)) = (class.mode, entry.mode)
+        && class_mode != mode
+    {
+        let quoted = |m: AttachMode| format!("{:?}", m.as_str());
+        return Err(pinned("mode".into(), quoted(class_mode), quoted(mode)));
+    }
+    if let (Some(class_netdev), Some(netdev)) = (&class.netdev, &entry.netdev) {
+        crate::netdev::NetdevSettings::check_pinned(class_netdev, netdev)
+            .map_err(|e| pinned(format!("netdev.{}", e.field), e.class, e.claim))?;
+    }
+    Ok(())
+}
+
+/// The effective configuration of a claim (`claim`, its entries combined,
+/// each passed [`check_claim_entry`]) under its class (`class`): the
+/// class's `mode` and `netdev` fields where it sets them, else the
+/// claim's; `umad` and `issm` as the claim narrows them; defaults for the
+/// rest.
+pub fn merge_claim(class: &NicConfigObject, claim: &NicConfigObject) -> NicConfig {
+    let netdev = match (&class.netdev, &claim.netdev) {
+        (None, None) => None,
+        (class, claim) => Some(
+            claim
+                .clone()
+                .unwrap_or_default()
+                .overlay(&class.clone().unwrap_or_default()),
+        ),
+    };
+    NicConfig {
+        mode: class.mode.or(claim.mode).unwrap_or_default(),
+        umad: claim.umad.or(class.umad).unwrap_or(false),
+        issm: claim.issm.or(class.issm).unwrap_or(false),
+        netdev,
     }
 }
 
@@ -166,48 +255,46 @@ pub fn applies_to(targets: Option<&[String]>, request: &str) -> bool {
     targets.iter().any(|t| t == request || t == parent)
 }
 
-/// The effective NicConfig for the devices allocated to `request`: the
-/// default, then every matching class entry of `driver`, then every matching
-/// claim entry, in order.
+/// The effective NicConfig for the devices allocated to `request`: every
+/// matching class entry of `driver` combined, then every matching claim
+/// entry, each checked against the class ([`check_claim_entry`]) and
+/// combined, and the claim merged under the class ([`merge_claim`]).
 pub fn config_for_request(
     configs: &[DeviceAllocationConfiguration],
     driver: &str,
     request: &str,
 ) -> Result<NicConfig, NicConfigError> {
-    let mut effective = NicConfig::default();
-    let mut granted = NicConfig::default();
-    for source in [SOURCE_CLASS, SOURCE_CLAIM] {
-        for entry in configs.iter().filter(|c| c.source == source) {
-            let Some(opaque) = entry.opaque.as_ref().filter(|o| o.driver == driver) else {
-                continue;
-            };
-            if !applies_to(entry.requests.as_deref(), request) {
-                continue;
-            }
-            let object = parse_entry(&opaque.parameters.0, source, request)?;
-            if source == SOURCE_CLAIM {
-                refuse_widening(&object, &granted, request)?;
-            }
-            effective = object.apply(effective);
-        }
-        if source == SOURCE_CLASS {
-            granted = effective.clone();
-        }
+    let entries = |source: &'static str| {
+        let opaque = configs.iter().filter(move |c| c.source == source);
+        opaque
+            .filter(|c| applies_to(c.requests.as_deref(), request))
+            .filter_map(|c| c.opaque.as_ref().filter(|o| o.driver == driver))
+            .map(move |o| parse_entry(&o.parameters.0, source, request))
+    };
+    let mut class = NicConfigObject::default();
+    for object in entries(SOURCE_CLASS) {
+        class = class.overlay(&object?);
     }
-    Ok(effective)
+    let mut claim = NicConfigObject::default();
+    for object in entries(SOURCE_CLAIM) {
+        let object = object?;
+        check_claim_entry(&class, &object, request)?;
+        claim = claim.overlay(&object);
+    }
+    Ok(merge_claim(&class, &claim))
 }
 
 /// A claim's entry may not turn on access its class did not grant.
 fn refuse_widening(
     object: &NicConfigObject,
-    granted: &NicConfig,
+    class: &NicConfigObject,
     request: &str,
 ) -> Result<(), NicConfigError> {
     for (field, asked, allowed) in [
-        ("umad", object.umad, granted.umad),
-        ("issm", object.issm, granted.issm),
+        ("umad", object.umad, class.umad),
+        ("issm", object.issm, class.issm),
     ] {
-        if asked == Some(true) && !allowed {
+        if asked == Some(true) && allowed != Some(true) {
             return Err(NicConfigError::WidensAccess {
                 request: request.to_string(),
                 field,
@@ -376,6 +463,98 @@ mod tests {
             entry(SOURCE_CLAIM, D, &[], nic(json!({"umad": true}))),
         ];
         assert!(config_for_request(&configs, D, "nic").unwrap().umad);
+    }
+
+    /// Issue 29 item 6: a claim's netdev block used to replace its class's
+    /// whole. Each field the class sets is now pinned: for every field, a
+    /// claim setting another value fails naming the field and the request.
+    #[test]
+    fn a_claim_cannot_change_what_its_class_pinned() {
+        let class = json!({"mode": "netdev", "netdev": {"interfaceName": "net1", "mtu": 9000,
+            "addresses": ["10.10.0.2/24"], "routes": [{"destination": "10.20.0.0/16", "gateway": "10.10.0.1"}]}});
+        let cases = [
+            (json!({"mode": "rdma"}), "sets mode to \"rdma\""),
+            (
+                json!({"netdev": {"interfaceName": "eth9"}}),
+                "sets netdev.interfaceName to \"eth9\"",
+            ),
+            (json!({"netdev": {"mtu": 1500}}), "sets netdev.mtu to 1500"),
+            (
+                json!({"netdev": {"addresses": ["10.10.0.66/24"]}}),
+                "sets netdev.addresses to [\"10.10.0.66/24\"]",
+            ),
+            (
+                json!({"netdev": {"routes": []}}),
+                "sets netdev.routes to []",
+            ),
+        ];
+        for (claim, says) in cases {
+            let configs = vec![
+                entry(SOURCE_CLASS, D, &[], nic(class.clone())),
+                entry(SOURCE_CLAIM, D, &[], nic(claim.clone())),
+            ];
+            let err = config_for_request(&configs, D, "nic")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{claim}: {err}");
+            assert!(
+                err.contains("request \"nic\"") && err.contains("DeviceClass pins"),
+                "{err}"
+            );
+        }
+        // Repeating the class's values is fine.
+        let configs = vec![
+            entry(SOURCE_CLASS, D, &[], nic(class.clone())),
+            entry(SOURCE_CLAIM, D, &[], nic(class.clone())),
+        ];
+        let c = config_for_request(&configs, D, "nic").unwrap();
+        assert_eq!(c.mode, AttachMode::Netdev);
+        assert_eq!(c.netdev.unwrap().mtu, Some(9000));
+    }
+
+    /// Issue 29 item 6: a claim setting only `mtu` used to drop the class's
+    /// addresses; the fields the class leaves unset merge from the claim.
+    #[test]
+    fn fields_the_class_leaves_unset_merge_from_the_claim() {
+        let configs = vec![
+            entry(
+                SOURCE_CLASS,
+                D,
+                &[],
+                nic(json!({"mode": "netdev", "netdev": {"addresses": ["10.10.0.2/24"]}})),
+            ),
+            entry(SOURCE_CLAIM, D, &[], nic(json!({"netdev": {"mtu": 9000}}))),
+            entry(
+                SOURCE_CLAIM,
+                D,
+                &[],
+                nic(json!({"netdev": {"interfaceName": "net1"}})),
+            ),
+        ];
+        let c = config_for_request(&configs, D, "nic").unwrap();
+        let netdev = c.netdev.unwrap();
+        assert_eq!(netdev.addresses, Some(vec!["10.10.0.2/24".to_string()]));
+        assert_eq!(netdev.mtu, Some(9000));
+        assert_eq!(netdev.interface_name.as_deref(), Some("net1"));
+        // No class mode: the claim's.
+        let configs = vec![entry(SOURCE_CLAIM, D, &[], nic(json!({"mode": "netdev"})))];
+        let c = config_for_request(&configs, D, "nic").unwrap();
+        assert_eq!(c.mode, AttachMode::Netdev);
+    }
+
+    #[test]
+    fn class_entries_for_other_requests_pin_nothing() {
+        let configs = vec![
+            entry(
+                SOURCE_CLASS,
+                D,
+                &["other"],
+                nic(json!({"netdev": {"mtu": 9000}})),
+            ),
+            entry(SOURCE_CLAIM, D, &[], nic(json!({"netdev": {"mtu": 1500}}))),
+        ];
+        let c = config_for_request(&configs, D, "nic").unwrap();
+        assert_eq!(c.netdev.unwrap().mtu, Some(1500));
     }
 
     #[test]

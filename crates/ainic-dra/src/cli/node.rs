@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -91,6 +92,13 @@ pub struct NodeArgs {
     /// published writes nothing.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub resync_interval: u64,
+
+    /// Seconds between reads of the fabric config file (`--fabric-config`)
+    /// to see whether it changed: an edited ConfigMap takes effect without
+    /// a restart (the kubelet itself updates a mounted ConfigMap within
+    /// about a minute).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub fabric_config_poll_interval: u64,
 
     /// Seconds between sweeps for prepared claims that are gone (deleted,
     /// recreated, or allocated elsewhere without an unprepare); each is
@@ -242,7 +250,11 @@ pub fn run(args: NodeArgs) -> Result<()> {
     let node_name = args.node_name.clone();
     let config = AgentConfig {
         node: args.config(),
-        model: Box::new(move |labels| model_args.config(&node_name, labels)),
+        model: Arc::new(move |labels, fabric| {
+            model_args.config_with(&node_name, labels, fabric.cloned())
+        }),
+        fabric_config: args.model.fabric_config.clone(),
+        fabric_poll_every: Duration::from_secs(args.fabric_config_poll_interval.max(1)),
         classic,
         resync_every: Duration::from_secs(args.resync_interval.max(1)),
         kubernetes_version: args.model.kubernetes_version,

@@ -66,7 +66,10 @@ pub struct ModelArgs {
     pub vf_queue_pairs: Option<u64>,
 
     /// Fabric config file (YAML: per node / per NIC rail, fabric,
-    /// leafSwitch, tenant).
+    /// leafSwitch, tenant). `slices`: an invalid file is an error. `node`:
+    /// followed while running; an invalid file keeps the last valid one,
+    /// and with none the agent publishes no devices (their tenant fencing
+    /// is unknown).
     #[arg(long, value_name = "FILE")]
     pub fabric_config: Option<PathBuf>,
 
@@ -113,10 +116,27 @@ fn extended_resources_by_dra(driver: &str, labels: &BTreeMap<String, String>) ->
 }
 
 impl ModelArgs {
-    /// The validated model configuration for `node`. Fabric inputs that
-    /// cannot be read or parsed are logged and left out: the model is then
-    /// built with the remaining sources and the defaults.
+    /// The validated model configuration for `node`, with the fabric
+    /// config file read now: a file that does not read or validate is an
+    /// error naming the file, entry and line. LLDP data that cannot be
+    /// read is logged and left out.
     pub fn config(&self, node: &str, node_labels: BTreeMap<String, String>) -> Result<ModelConfig> {
+        let fabric = (self.fabric_config.as_deref())
+            .map(crate::node::fabric_config::read)
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        self.config_with(node, node_labels, fabric)
+    }
+
+    /// The validated model configuration for `node` with `fabric` as the
+    /// fabric config file (the node agent reads and follows the file
+    /// itself).
+    pub fn config_with(
+        &self,
+        node: &str,
+        node_labels: BTreeMap<String, String>,
+        fabric: Option<FabricFile>,
+    ) -> Result<ModelConfig> {
         let mut o = ModelOptions::new(node);
         o.driver = self.driver_name.clone();
         let release = self.kubernetes_version.unwrap_or(Release::OLDEST);
@@ -133,22 +153,11 @@ impl ModelArgs {
         o.vf_queue_pairs = self.vf_queue_pairs;
         o.extended_resources = extended_resources_by_dra(&o.driver, &node_labels)?;
         o.fabric = FabricSources {
-            file: self.fabric_file(),
+            file: fabric,
             node_labels,
             lldp: self.lldp(),
         };
         Ok(ModelConfig::new(o)?)
-    }
-
-    fn fabric_file(&self) -> Option<FabricFile> {
-        let path = self.fabric_config.as_ref()?;
-        let origin = path.display().to_string();
-        let parsed = std::fs::read_to_string(path)
-            .map_err(|e| format!("failed to read fabric config {origin}: {e}"))
-            .and_then(|text| FabricFile::parse(&text, &origin).map_err(|e| e.to_string()));
-        parsed
-            .inspect_err(|e| tracing::warn!("{e}; using fabric defaults"))
-            .ok()
     }
 
     fn lldp(&self) -> Option<LldpNeighbors> {

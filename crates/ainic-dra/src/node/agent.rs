@@ -1,8 +1,14 @@
 //! The whole node agent as one task: the DRA plugin ([`super::start`]),
 //! the ResourceSlice publisher and, when asked, the classic device plugin,
 //! all following the same inventory, until SIGTERM/SIGINT.
+//!
+//! The plugin serves at once; nothing is published before the Node is
+//! read (with retries: its labels may fence NICs to a tenant), and then
+//! only what [`super::desired`] decides from the labels and the fabric
+//! config file.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +17,16 @@ use dra_model::{FeatureGate, ModelConfig, Release};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
 
-use super::follow::{Seen, watch as watch_objects};
+use super::desired::{self, ConfigMetrics, Desired, Inputs, Rebuild, Reporter};
+use super::fabric_config;
+use super::follow::watch as watch_objects;
 use super::http::metrics::Metrics;
+use super::node_events::KubeNodeEvents;
 use super::plugin::claims::KubeClaims;
 use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
-use super::{NodeConfig, server_version, shutdown_signal, start};
+use super::{NodeConfig, Started, server_version, shutdown_signal, start};
 use crate::classic::ClassicSettings;
 use dra_model::classic::ClassicConfig;
 
@@ -24,9 +34,13 @@ use dra_model::classic::ClassicConfig;
 pub struct AgentConfig {
     /// The DRA plugin's settings.
     pub node: NodeConfig,
-    /// Builds the device model from the node's labels, at start and
-    /// whenever they change.
-    pub model: Box<dyn Fn(BTreeMap<String, String>) -> Result<ModelConfig> + Send + Sync>,
+    /// Builds the device model from the node's labels and the fabric
+    /// config file in force, at start and whenever either changes.
+    pub model: Rebuild,
+    /// The fabric config file (`--fabric-config`), followed while running.
+    pub fabric_config: Option<PathBuf>,
+    /// How often the fabric config file is read for changes.
+    pub fabric_poll_every: Duration,
     /// The classic device plugin, when `--device-plugin` is set.
     pub classic: Option<ClassicSettings>,
     /// How often the publisher re-checks its slices in the API even when
@@ -52,23 +66,31 @@ fn for_server(
     model.with_gates(gates)
 }
 
-/// The node's labels (fabric facts may come from them); empty when the
-/// Node cannot be read, which the publisher will report on its own.
-async fn node_labels(client: &kube::Client, node: &str) -> BTreeMap<String, String> {
+/// The Node, read with retries (capped backoff, for ever): nothing is
+/// published before, since a model built without its labels would drop a
+/// tenant label and publish fenced NICs unfenced.
+async fn read_node(client: &kube::Client, node: &str, backoff: Backoff) -> Node {
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    match nodes.get_opt(node).await {
-        Ok(Some(n)) => n.metadata.labels.unwrap_or_default(),
-        Ok(None) => {
-            tracing::warn!(
-                node,
-                "node object not found; building the model without its labels"
-            );
-            BTreeMap::new()
+    let mut failures = 0;
+    loop {
+        failures += 1;
+        let delay = backoff.delay(failures);
+        let delay_ms = delay.as_millis() as u64;
+        match nodes.get_opt(node).await {
+            Ok(Some(found)) => return found,
+            Ok(None) => {
+                tracing::warn!(
+                    node,
+                    failures,
+                    delay_ms,
+                    "node object not found; publishing nothing until it can be read"
+                )
+            }
+            Err(error) => {
+                tracing::warn!(node, %error, failures, delay_ms, "cannot read the node object; publishing nothing until it can be read")
+            }
         }
-        Err(error) => {
-            tracing::warn!(node, %error, "cannot read the node object; building the model without its labels");
-            BTreeMap::new()
-        }
+        tokio::time::sleep(delay).await;
     }
 }
 
@@ -93,54 +115,6 @@ fn nudge_on_slice_changes(
             }
         }
     });
-}
-
-/// Rebuilds the device model whenever the node's labels (fabric facts)
-/// change, and nudges the publisher. A change that gives no valid model is
-/// logged and the last model kept.
-fn follow_node_labels(
-    client: &kube::Client,
-    node: &str,
-    mut labels: BTreeMap<String, String>,
-    model: ModelConfig,
-    rebuild: Box<dyn Fn(BTreeMap<String, String>) -> Result<ModelConfig> + Send + Sync>,
-    nudge: mpsc::Sender<()>,
-) -> watch::Receiver<ModelConfig> {
-    let (models_tx, models) = watch::channel(model);
-    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    let mut seen = watch_objects(nodes, format!("metadata.name={node}"), "node");
-    let node = node.to_string();
-    let rebuild: Arc<dyn Fn(BTreeMap<String, String>) -> Result<ModelConfig> + Send + Sync> =
-        Arc::from(rebuild);
-    tokio::spawn(async move {
-        while let Some(event) = seen.recv().await {
-            let Seen::Applied(object) = event else {
-                continue;
-            };
-            let now = object.metadata.labels.unwrap_or_default();
-            if now == labels {
-                continue;
-            }
-            labels = now;
-            // Off the async workers: the fabric sources may run a command (LLDP).
-            let (rebuild, labels) = (rebuild.clone(), labels.clone());
-            let built = tokio::task::spawn_blocking(move || rebuild(labels))
-                .await
-                .unwrap_or_else(|e| Err(anyhow::anyhow!("the model rebuild failed: {e}")));
-            match built {
-                Ok(model) => {
-                    if models_tx.send_if_modified(|m| std::mem::replace(m, model) != *m) {
-                        tracing::info!(%node, "node labels changed the device model; republishing");
-                        let _ = nudge.try_send(());
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(%node, error = %format!("{error:#}"), "node labels changed but give no valid device model; keeping the last one")
-                }
-            }
-        }
-    });
-    models
 }
 
 /// A node switched to DRA for `amd.com/nic` / `amd.com/vnic` must not
@@ -174,26 +148,13 @@ fn refuse_both_paths(node: &str, driver: &str, classic: &ClassicConfig) -> Resul
 /// Runs every part of the agent until a shutdown signal.
 pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     crate::node::memory::spawn_trimmer();
-    let node_name = config.node.scope.pool.clone();
-    let driver_name = config.node.scope.driver.clone();
-    let labels = node_labels(&client, &node_name).await;
-    let model = (config.model)(labels.clone())?;
-    // Checked at start and on every label change: a model that both paths
-    // would serve is refused.
-    let classic_config = config.classic.as_ref().map(|c| c.config.clone());
-    let both_paths = move |model: &ModelConfig| match &classic_config {
-        Some(classic) if model.options().extended_resources => {
-            refuse_both_paths(model.node_name(), model.driver(), classic)
-        }
-        _ => Ok(()),
-    };
-    both_paths(&model)?;
-
     let mut metrics = Metrics::default();
     let publisher_metrics = PublisherMetrics::default();
+    let config_metrics = ConfigMetrics::default();
     // The agent's own metrics carry the prefix in their names.
-    publisher_metrics.register(metrics.registry_mut().sub_registry_with_prefix("ainic_dra"));
-    let metrics = Arc::new(metrics);
+    let ours = metrics.registry_mut().sub_registry_with_prefix("ainic_dra");
+    publisher_metrics.register(ours);
+    config_metrics.register(ours);
 
     // A classic spec left by a run with --cdi-enabled: nothing would keep
     // its device numbers current now.
@@ -201,110 +162,236 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         crate::classic::cdi::remove(&config.node.cdi_dir);
     }
 
+    let AgentConfig {
+        node,
+        model,
+        fabric_config,
+        fabric_poll_every,
+        classic,
+        resync_every,
+        kubernetes_version,
+    } = config;
+    let waiting = format!(
+        "waiting to read Node {}: its labels may fence NICs to a tenant",
+        node.scope.pool
+    );
+    let (published_tx, published) = watch::channel(Some(waiting));
+    let scope = node.scope.clone();
     let claims = Arc::new(KubeClaims::new(client.clone()));
-    let started = start(config.node, claims, metrics).await?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-
-    // With the classic path on, DRA publishes only the devices left to it.
-    let dra_split = config.classic.as_ref().map(|s| s.config.clone());
-    let classic = match config.classic {
-        Some(mut settings) => {
-            // The scoring's rails come from the same fabric facts as DRA's.
-            settings.fabric = Some(model.clone());
-            Some(
-                crate::classic::start(settings, started.inventory.clone(), stop_rx.clone())
-                    .context("failed to start the classic device plugin")?,
-            )
-        }
-        None => None,
+    let started = start(node, claims, Arc::new(metrics), published).await?;
+    let (stop_tx, stop) = watch::channel(false);
+    let wiring = Wiring {
+        client,
+        node: scope.pool,
+        driver: scope.driver,
+        model,
+        fabric_config,
+        fabric_poll_every,
+        classic,
+        resync_every,
+        kubernetes_version,
+        publisher_metrics,
+        config_metrics,
+        published: published_tx,
+        stop,
     };
-
-    let (nudge_tx, nudges) = mpsc::channel(1);
-    nudge_on_slice_changes(&client, &node_name, &driver_name, nudge_tx.clone());
-    let rebuild = config.model;
-    let checked = Box::new(move |labels| {
-        let model = rebuild(labels)?;
-        both_paths(&model)?;
-        Ok(model)
-    });
-    let release_nudge = nudge_tx.clone();
-    let models = follow_node_labels(&client, &node_name, labels, model, checked, nudge_tx);
-    let publisher = SlicePublisher::new(
-        client.clone(),
-        PublisherConfig {
-            node_name,
-            driver_name,
-            backoff: Backoff::default(),
-        },
-    )
-    .with_metrics(publisher_metrics);
-    let refused = publisher.refused_gates();
-    let inventory = started.inventory.clone();
-    let attributes = started.attributes.clone();
-    let mut options = RunOptions::new(config.resync_every);
-    options.follow = Some(started.inventory.clone());
-    options.nudges = Some(nudges);
-    let mut stopped = stop_rx.clone();
-    let explicit = config.kubernetes_version;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
     // The plugin serves meanwhile: prepares need no slices of ours.
-    let publishing = tokio::spawn(async move {
-        let release = match explicit {
-            Some(release) => release,
-            None => match server_version::learn(&client, Backoff::default(), &mut stopped).await {
-                Some(release) => release,
-                None => return,
-            },
-        };
-        let (release_tx, releases) = watch::channel(release);
-        if explicit.is_none() {
-            // A control plane upgraded under a running agent.
-            let every = options.resync_every;
-            tokio::spawn(server_version::follow(
-                client,
-                every,
-                release_tx,
-                release_nudge,
-            ));
+    let wired = tokio::select! {
+        () = &mut shutdown => None,
+        wired = wiring.wire(&started) => Some(wired),
+    };
+    let running = match wired {
+        None => None,
+        Some(Err(error)) => {
+            remove_sockets(&started);
+            return Err(error);
         }
-        let build = move || {
-            let release = *releases.borrow();
-            let mut current = inventory.borrow().clone();
-            if let Some(split) = &dra_split {
-                current = Arc::new(dra_model::classic::dra_share(split, &current));
-            }
-            let model = for_server(models.borrow().clone(), release, &refused.get());
-            let slices = crate::cli::slices::build_checked(&current, &model)?.slices;
-            let published = crate::node::metadata::DeviceAttributes::of(&slices);
-            attributes.send_if_modified(|old| {
-                let changed = old.as_deref() != Some(&published);
-                if changed {
-                    *old = Some(Arc::new(published));
-                }
-                changed
-            });
-            Ok(slices)
-        };
-        let stop = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        super::publisher::run(publisher, build, options, stop).await;
-    });
-
-    shutdown_signal().await;
+        Some(Ok(running)) => {
+            shutdown.await;
+            Some(running)
+        }
+    };
     tracing::info!("shutting down");
     stop_tx.send_replace(true);
-    let _ = publishing.await;
-    for socket in &started.sockets {
-        if let Err(error) = std::fs::remove_file(socket) {
-            tracing::warn!(socket = %socket.display(), %error, "cannot remove socket");
-        }
+    let mut classic = None;
+    if let Some(running) = running {
+        let _ = running.publishing.await;
+        classic = running.classic;
     }
+    remove_sockets(&started);
     if let Some(mut tasks) = classic {
         while tasks.join_next().await.is_some() {}
     }
     Ok(())
 }
 
+/// Removes the plugin's sockets, so the kubelet sees the plugin go.
+fn remove_sockets(started: &Started) {
+    for socket in &started.sockets {
+        if let Err(error) = std::fs::remove_file(socket) {
+            tracing::warn!(socket = %socket.display(), %error, "cannot remove socket");
+        }
+    }
+}
+
+/// What the publishing side of the agent is wired from.
+struct Wiring {
+    client: kube::Client,
+    node: String,
+    driver: String,
+    model: Rebuild,
+    fabric_config: Option<PathBuf>,
+    fabric_poll_every: Duration,
+    classic: Option<ClassicSettings>,
+    resync_every: Duration,
+    kubernetes_version: Option<Release>,
+    publisher_metrics: PublisherMetrics,
+    config_metrics: ConfigMetrics,
+    published: watch::Sender<Option<String>>,
+    stop: watch::Receiver<bool>,
+}
+
+/// The tasks to wait for at shutdown.
+struct Running {
+    publishing: JoinHandle<()>,
+    classic: Option<JoinSet<()>>,
+}
+
+impl Wiring {
+    /// Reads the Node, builds the first model, starts the classic device
+    /// plugin and the publisher. Fails when the node's labels or the
+    /// flags give no valid model at start.
+    async fn wire(mut self, started: &Started) -> Result<Running> {
+        let node = read_node(&self.client, &self.node, Backoff::default()).await;
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let fabric = fabric_config::follow(self.fabric_config.clone(), self.fabric_poll_every);
+        let state = fabric.borrow().clone();
+        let rebuild = checked_rebuild(self.model.clone(), self.classic.as_ref());
+        // Also what the classic path scores with; its error stops the agent.
+        let model = rebuild(labels.clone(), state.in_force().flatten())?;
+        let (first, problem) = desired::decide(&state, |_| Ok(model.clone()));
+        let events = Arc::new(KubeNodeEvents::new(&self.client, &node, &self.driver));
+        let mut reporter =
+            Reporter::new(self.config_metrics.clone(), self.published.clone(), events);
+        reporter.report(&state, &first, problem);
+
+        // With the classic path on, DRA publishes only the devices left to it.
+        let dra_split = self.classic.as_ref().map(|s| s.config.clone());
+        let classic = match self.classic.take() {
+            Some(mut settings) => {
+                // The scoring's rails come from the same fabric facts as DRA's.
+                settings.fabric = Some(model);
+                let tasks =
+                    crate::classic::start(settings, started.inventory.clone(), self.stop.clone())
+                        .context("failed to start the classic device plugin")?;
+                Some(tasks)
+            }
+            None => None,
+        };
+        let (nudge_tx, nudges) = mpsc::channel(1);
+        nudge_on_slice_changes(&self.client, &self.node, &self.driver, nudge_tx.clone());
+        let inputs = Inputs {
+            node: self.node.clone(),
+            labels,
+            fabric,
+            rebuild,
+        };
+        let desired = desired::follow(&self.client, inputs, first, reporter, nudge_tx.clone());
+        let publishing = self.spawn_publisher(started, desired, dra_split, (nudge_tx, nudges));
+        Ok(Running {
+            publishing,
+            classic,
+        })
+    }
+
+    /// The publish loop on a task of its own: learns the server's release
+    /// (unless given), then publishes what `desired` says, nothing while
+    /// it is [`Desired::Withheld`].
+    fn spawn_publisher(
+        self,
+        started: &Started,
+        desired: watch::Receiver<Desired>,
+        dra_split: Option<ClassicConfig>,
+        (nudge, nudges): (mpsc::Sender<()>, mpsc::Receiver<()>),
+    ) -> JoinHandle<()> {
+        let publisher = SlicePublisher::new(
+            self.client.clone(),
+            PublisherConfig {
+                node_name: self.node,
+                driver_name: self.driver,
+                backoff: Backoff::default(),
+            },
+        )
+        .with_metrics(self.publisher_metrics);
+        let refused = publisher.refused_gates();
+        let inventory = started.inventory.clone();
+        let attributes = started.attributes.clone();
+        let mut options = RunOptions::new(self.resync_every);
+        options.follow = Some(started.inventory.clone());
+        options.nudges = Some(nudges);
+        let (client, explicit, mut stopped) = (self.client, self.kubernetes_version, self.stop);
+        tokio::spawn(async move {
+            let release = match explicit {
+                Some(release) => release,
+                None => {
+                    match server_version::learn(&client, Backoff::default(), &mut stopped).await {
+                        Some(release) => release,
+                        None => return,
+                    }
+                }
+            };
+            let (release_tx, releases) = watch::channel(release);
+            if explicit.is_none() {
+                // A control plane upgraded under a running agent.
+                let every = options.resync_every;
+                tokio::spawn(server_version::follow(client, every, release_tx, nudge));
+            }
+            let build = move || {
+                let Desired::Model(model) = desired.borrow().clone() else {
+                    // Fencing unknown: no device at all (the sync deletes ours).
+                    return Ok(Vec::new());
+                };
+                let release = *releases.borrow();
+                let mut current = inventory.borrow().clone();
+                if let Some(split) = &dra_split {
+                    current = Arc::new(dra_model::classic::dra_share(split, &current));
+                }
+                let model = for_server(*model, release, &refused.get());
+                let slices = crate::cli::slices::build_checked(&current, &model)?.slices;
+                let published = crate::node::metadata::DeviceAttributes::of(&slices);
+                attributes.send_if_modified(|old| {
+                    let changed = old.as_deref() != Some(&published);
+                    if changed {
+                        *old = Some(Arc::new(published));
+                    }
+                    changed
+                });
+                Ok(slices)
+            };
+            let stop = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            super::publisher::run(publisher, build, options, stop).await;
+        })
+    }
+}
+
+/// `build` refusing a model that both the DRA and the classic path would
+/// serve (checked at start and on every change).
+fn checked_rebuild(build: Rebuild, classic: Option<&ClassicSettings>) -> Rebuild {
+    let classic_config = classic.map(|c| c.config.clone());
+    Arc::new(move |labels, file| {
+        let model = build(labels, file)?;
+        if let Some(classic) = &classic_config
+            && model.options().extended_resources
+        {
+            refuse_both_paths(model.node_name(), model.driver(), classic)?;
+        }
+        Ok(model)
+    })
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@
 //! - the refresh loop feeding health and the inventory ([`health`]);
 //! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
 //! - the ResourceSlice publisher ([`publisher`]), nudged by watches of
-//!   its own slices and the node's labels ([`follow`]).
+//!   its own slices and the node's labels ([`follow`]), publishing what
+//!   [`desired`] decides from the labels and the fabric config file
+//!   ([`fabric_config`]), and nothing while tenant fencing is unknown.
 //!
 //! Start-up order: load the checkpoint, reconcile the CDI dir with it and
 //! rebuild every prepared claim's spec from today's devices before any
@@ -15,6 +17,8 @@
 pub mod agent;
 pub mod cdi;
 pub mod checkpoint;
+pub mod desired;
+pub mod fabric_config;
 pub mod faults;
 #[cfg(test)]
 pub mod fixtures;
@@ -24,6 +28,7 @@ pub mod http;
 pub mod memory;
 pub mod metadata;
 pub mod netdev;
+pub mod node_events;
 pub mod plugin;
 pub mod publisher;
 pub mod rdma_netns;
@@ -112,11 +117,13 @@ pub struct Started {
 
 /// Starts every task of the DRA plugin on the current runtime and returns
 /// once the sockets are listening. `metrics` may already hold other
-/// components' metrics.
+/// components' metrics; `published` says why the devices published are
+/// less than configured (for `/readyz`).
 pub async fn start(
     config: NodeConfig,
     claims: SharedClaims,
     metrics: Arc<Metrics>,
+    published: watch::Receiver<Option<String>>,
 ) -> Result<Started> {
     let discovery = DiscoveryConfig::default();
     let inventory = topology::discover(&config.sysfs_root, &discovery).with_context(|| {
@@ -262,6 +269,7 @@ pub async fn start(
             let state = http::HttpState {
                 metrics,
                 registration: registration_rx,
+                published,
             };
             let (bound, server) = http::serve(addr, state)
                 .await

@@ -15,6 +15,7 @@ mod chart;
 mod claim_status;
 mod extended;
 mod fabric;
+mod fencing;
 mod leader;
 mod ownership;
 mod publish;

@@ -17,11 +17,14 @@
 //! them, so it shares their file rather than needing a second one to
 //! distribute and keep in step.
 //!
-//! Unknown fields are errors (a misspelt `leafswitch` must not be ignored).
+//! Unknown fields are errors (a misspelt `leafswitch` must not be ignored),
+//! and so are values that cannot be published: they are checked while the
+//! YAML is read, so every error names the entry (`nodes.node-a.nics.eth0.
+//! tenant`) and its line and column.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use super::FabricError;
 
@@ -32,10 +35,13 @@ pub struct FabricEntry {
     /// Rail number (per NIC only).
     pub rail: Option<u32>,
     /// Fabric partition / domain.
+    #[serde(default, deserialize_with = "text")]
     pub fabric: Option<String>,
     /// Leaf switch.
+    #[serde(default, deserialize_with = "text")]
     pub leaf_switch: Option<String>,
     /// Tenant the NIC (and its VFs and shares) is fenced to.
+    #[serde(default, deserialize_with = "tenant")]
     pub tenant: Option<String>,
 }
 
@@ -44,10 +50,13 @@ pub struct FabricEntry {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeEntry {
     /// Fabric of every NIC of the node.
+    #[serde(default, deserialize_with = "text")]
     pub fabric: Option<String>,
     /// Leaf switch of every NIC of the node.
+    #[serde(default, deserialize_with = "text")]
     pub leaf_switch: Option<String>,
     /// Tenant of every NIC of the node.
+    #[serde(default, deserialize_with = "tenant")]
     pub tenant: Option<String>,
     /// Per NIC, keyed by PCI address or interface name.
     #[serde(default)]
@@ -67,71 +76,70 @@ pub struct FabricFile {
 }
 
 impl FabricFile {
-    /// Parses and checks the YAML text of the file named `origin`.
+    /// Parses and checks the YAML text of the file named `origin`. The
+    /// error names the file, the entry and its line.
     pub fn parse(text: &str, origin: &str) -> Result<Self, FabricError> {
-        let file: FabricFile = if text.trim().is_empty() {
-            FabricFile::default()
-        } else {
-            serde_yaml_ng::from_str(text).map_err(|e| FabricError::Syntax {
-                origin: origin.to_string(),
-                message: e.to_string(),
-            })?
-        };
-        file.check(origin)?;
-        Ok(file)
-    }
-
-    fn check(&self, origin: &str) -> Result<(), FabricError> {
-        check_node(&self.defaults, origin, "defaults")?;
-        for (name, node) in &self.nodes {
-            check_node(node, origin, &format!("nodes.{name}"))?;
+        if text.trim().is_empty() {
+            return Ok(FabricFile::default());
         }
-        Ok(())
+        serde_yaml_ng::from_str(text).map_err(|e| FabricError::Syntax {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })
     }
-}
-
-fn check_node(node: &NodeEntry, origin: &str, path: &str) -> Result<(), FabricError> {
-    check_text(node.fabric.as_deref(), origin, &format!("{path}.fabric"))?;
-    check_text(
-        node.leaf_switch.as_deref(),
-        origin,
-        &format!("{path}.leafSwitch"),
-    )?;
-    check_tenant(node.tenant.as_deref(), origin, &format!("{path}.tenant"))?;
-    for (nic, entry) in &node.nics {
-        let at = format!("{path}.nics.{nic}");
-        check_text(entry.fabric.as_deref(), origin, &format!("{at}.fabric"))?;
-        check_text(
-            entry.leaf_switch.as_deref(),
-            origin,
-            &format!("{at}.leafSwitch"),
-        )?;
-        check_tenant(entry.tenant.as_deref(), origin, &format!("{at}.tenant"))?;
-    }
-    Ok(())
 }
 
 /// Fabric and leaf names become string attributes: 1–64 printable characters.
-fn check_text(value: Option<&str>, origin: &str, field: &str) -> Result<(), FabricError> {
-    match value {
-        Some(v) if v.is_empty() || v.len() > 64 || v.chars().any(char::is_control) => {
-            Err(FabricError::Field {
-                origin: origin.to_string(),
-                field: field.to_string(),
-                message: format!("{v:?} must be 1 to 64 printable characters"),
-            })
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    checked(d, |v| {
+        let printable = !v.is_empty() && v.len() <= 64 && !v.chars().any(char::is_control);
+        match printable {
+            true => Ok(()),
+            false => Err(format!("{v:?} must be 1 to 64 printable characters")),
         }
-        _ => Ok(()),
-    }
+    })
 }
 
-fn check_tenant(value: Option<&str>, origin: &str, field: &str) -> Result<(), FabricError> {
-    let Some(tenant) = value else { return Ok(()) };
-    crate::deviceclass::check_tenant(tenant).map_err(|message| FabricError::Field {
-        origin: origin.to_string(),
-        field: field.to_string(),
-        message,
-    })
+/// Tenants end class names and match namespace labels: a DNS label.
+fn tenant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    checked(d, crate::deviceclass::check_tenant)
+}
+
+/// An optional string that `check` accepts. Checked inside the parser's
+/// own call for the value, so its error carries the value's path and line.
+fn checked<'de, D: Deserializer<'de>>(
+    d: D,
+    check: fn(&str) -> Result<(), String>,
+) -> Result<Option<String>, D::Error> {
+    d.deserialize_option(Checked(check))
+}
+
+/// The visitor of [`checked`]: `None` for null, else the checked string.
+struct Checked(fn(&str) -> Result<(), String>);
+
+impl<'de> serde::de::Visitor<'de> for Checked {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        (self.0)(v).map_err(E::custom)?;
+        Ok(Some(v.to_string()))
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +167,31 @@ mod tests {
         .to_string();
         assert!(err.contains("/etc/ainic/fabric.yaml"), "{err}");
         assert!(err.contains("leafswitch"), "{err}");
+    }
+
+    /// Issue 29 item 1: the agent's log line names the file, the entry and
+    /// its line, for unknown fields and for values that cannot be published.
+    #[test]
+    fn errors_name_the_file_the_entry_and_the_line() {
+        let text = "nodes:\n  node-a:\n    tenant: team-a\n    nics:\n      eth0: {rail: 1}\n      eth1: {tenant: Team_B}\n";
+        let err = FabricFile::parse(text, "/etc/ainic-dra/fabric.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/etc/ainic-dra/fabric.yaml"), "{err}");
+        assert!(err.contains("nodes.node-a.nics.eth1.tenant"), "{err}");
+        assert!(err.contains("line 6"), "{err}");
+        let err = FabricFile::parse(
+            "nodes:\n  n:\n    nics:\n      eth0: {leafswitch: x}\n",
+            "f.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("nodes.n.nics.eth0")
+                && err.contains("leafswitch")
+                && err.contains("line 4"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Plain HTTP on `127.0.0.1` (random port), serving enough REST semantics for
 //! the real `kube` client: `resource.k8s.io/v1` ResourceSlices, ResourceClaims
-//! (namespaced, with `/status`) and DeviceClasses, and core `v1` Nodes. Verbs:
+//! (namespaced, with `/status`) and DeviceClasses, core `v1` Nodes and
+//! `events.k8s.io/v1` Events (namespaced). Verbs:
 //! list (label and field selectors), watch, get, create (`generateName`, uid,
 //! resourceVersion, creationTimestamp; `dryRun=All` stores nothing),
 //! update (stale resourceVersion → 409 with a `Status` body), merge and
@@ -10,7 +11,8 @@
 //! [`ApiServer::set_version`] says otherwise).
 //!
 //! Tests can seed and read objects directly, inject failures
-//! ([`Fault`]) and read the request log ([`RequestRecord`]).
+//! ([`Fault`]), read the request log ([`RequestRecord`]) and every version
+//! of every object ever stored ([`ApiServer::history`]).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -181,6 +183,23 @@ impl ApiServer {
         values
             .into_iter()
             .map(|v| serde_json::from_value(v).expect("stored object parses"))
+            .collect()
+    }
+
+    /// Every change to objects of a type since the server started, oldest
+    /// first: each stored version (`ADDED`, `MODIFIED`) and each deleted
+    /// object (`DELETED`), seeds included. What any client could ever have
+    /// read, so a test can check each version, not just the last.
+    pub fn history<K: Resource + DeserializeOwned>(&self) -> Vec<(&'static str, K)> {
+        let rt = resource_type::<K>();
+        let store = lock(&self.shared.store);
+        let events = store.events_since(0).filter(|e| e.plural == rt.plural);
+        events
+            .map(|e| {
+                let object =
+                    serde_json::from_value(e.object.clone()).expect("stored object parses");
+                (e.kind, object)
+            })
             .collect()
     }
 

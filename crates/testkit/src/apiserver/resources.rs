@@ -5,6 +5,7 @@
 //! server accepts for it, and which fields are immutable after creation.
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -111,6 +112,17 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
         immutable: &[],
         normalize: normalize_as::<Node>,
     },
+    ResourceType {
+        group: "events.k8s.io",
+        version: "v1",
+        plural: "events",
+        kind: "Event",
+        namespaced: true,
+        has_status: false,
+        field_labels: &[],
+        immutable: &[],
+        normalize: normalize_as::<Event>,
+    },
 ];
 
 /// Looks a served type up by its plural URL name.
@@ -190,6 +202,8 @@ mod tests {
         assert_eq!(r.subresource.as_deref(), Some("status"));
         assert!(route("/api/v1/nodes").is_some());
         assert!(route("/apis/resource.k8s.io/v1/resourceclaims").is_some());
+        let r = route("/apis/events.k8s.io/v1/namespaces/default/events").unwrap();
+        assert_eq!(r.rt.kind, "Event");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The node agent's HTTP endpoint (`--http-addr`): `/healthz` (the process
-//! serves), `/readyz` (the kubelet accepted the plugin and the sockets are
-//! up) and `/metrics` (Prometheus text format).
+//! serves), `/readyz` (the kubelet accepted the plugin, the sockets are up
+//! and the devices published are as configured: the Node was read and the
+//! fabric config and node labels are valid) and `/metrics` (Prometheus
+//! text format).
 
 pub mod metrics;
 
@@ -26,6 +28,10 @@ pub struct HttpState {
     pub metrics: Arc<Metrics>,
     /// Registration with the kubelet.
     pub registration: watch::Receiver<Registration>,
+    /// Why the devices published are less than configured (Node not read
+    /// yet, invalid fabric config or node labels); `None` when they are as
+    /// configured.
+    pub published: watch::Receiver<Option<String>>,
 }
 
 fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -45,7 +51,10 @@ pub fn route(state: &HttpState, method: &Method, path: &str) -> Response<Full<By
     match path {
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n".into()),
         "/readyz" => match &*state.registration.borrow() {
-            Registration::Registered => reply(StatusCode::OK, TEXT, "ok\n".into()),
+            Registration::Registered => match &*state.published.borrow() {
+                None => reply(StatusCode::OK, TEXT, "ok\n".into()),
+                Some(why) => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+            },
             Registration::Pending => reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 TEXT,
@@ -105,8 +114,26 @@ mod tests {
         let state = HttpState {
             metrics: Arc::new(Metrics::default()),
             registration: rx,
+            published: watch::channel(None).1,
         };
         (tx, state)
+    }
+
+    /// Issue 29 item 1: the agent reported ready while it published fenced
+    /// NICs without their tenant (its fabric config dropped as invalid).
+    #[test]
+    fn not_ready_while_the_devices_published_are_less_than_configured() {
+        let (tx, mut state) = state();
+        tx.send_replace(Registration::Registered);
+        let (why, published) = watch::channel(Some("fabric config f.yaml invalid".to_string()));
+        state.published = published;
+        let answer = route(&state, &Method::GET, "/readyz");
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        why.send_replace(None);
+        assert_eq!(
+            route(&state, &Method::GET, "/readyz").status(),
+            StatusCode::OK
+        );
     }
 
     #[test]

@@ -146,6 +146,35 @@ async fn one_bad_claim_does_not_fail_the_others() {
     assert_eq!(cdi_files(&h), ["ainic.amd.com-u1.json"]);
 }
 
+/// Issue 29 item 6: a claim could change the netdev addresses its
+/// DeviceClass pinned; prepare now refuses it, naming the claim and the
+/// field, and prepares nothing.
+#[tokio::test]
+async fn prepare_refuses_a_claim_changing_a_netdev_field_its_class_pinned() {
+    let h = harness();
+    let config = json!([
+        nic_config(
+            "FromClass",
+            json!({"mode": "netdev", "netdev": {"addresses": ["10.10.0.2/24"]}})
+        ),
+        nic_config(
+            "FromClaim",
+            json!({"netdev": {"addresses": ["10.10.0.66/24"]}})
+        ),
+    ]);
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], config));
+    let out = h.driver.prepare(&[r("a", "u1")]).await;
+    let err = out["u1"].as_ref().unwrap_err();
+    assert!(
+        err.contains("ns/a")
+            && err.contains("sets netdev.addresses to [\"10.10.0.66/24\"]")
+            && err.contains("DeviceClass pins netdev.addresses to [\"10.10.0.2/24\"]"),
+        "{err}"
+    );
+    assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
+}
+
 #[tokio::test]
 async fn unprepare_needs_only_the_checkpoint_and_is_idempotent() {
     let h = harness();

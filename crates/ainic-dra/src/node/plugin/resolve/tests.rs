@@ -185,3 +185,36 @@ fn a_device_missing_from_the_node_is_named() {
         .to_string();
     assert!(err.contains("pf-0000-99-00-0"), "{err}");
 }
+
+/// A claim on PF0 reserved for one pod, with `class` and `claim` NicConfig
+/// fields (a class entry and a claim entry).
+fn class_and_claim(class: serde_json::Value, claim_fields: serde_json::Value) -> ResourceClaim {
+    let config = json!([
+        nic_config("FromClass", class),
+        nic_config("FromClaim", claim_fields)
+    ]);
+    let mut c = claim("c", "u1", &[("nic", D, "node-a", PF0)], config);
+    let reserved = json!([{"resource": "pods", "name": "p", "uid": "pod-1"}]);
+    c.status.as_mut().unwrap().reserved_for = Some(serde_json::from_value(reserved).unwrap());
+    c
+}
+
+/// Issue 29 item 6: the claim's netdev block replaced the class's, so a
+/// claim that set only `mtu` planned a move without the class's addresses.
+#[test]
+fn netdev_mode_keeps_the_class_addresses_under_a_claim_setting_the_mtu() {
+    let c = class_and_claim(
+        json!({"mode": "netdev", "netdev": {"interfaceName": "net1", "addresses": ["10.10.0.2/24"]}}),
+        json!({"netdev": {"mtu": 9000}}),
+    );
+    let planned = plan(&c, "u1", &scope(), &fixtures::inventory()).unwrap();
+    let netdev = &planned[0].netdev.as_ref().expect("a netdev to move").plan;
+    assert_eq!((netdev.name.as_str(), netdev.mtu), ("net1", Some(9000)));
+    let addresses: Vec<String> = netdev
+        .addresses
+        .iter()
+        .flatten()
+        .map(|a| a.to_string())
+        .collect();
+    assert_eq!(addresses, ["10.10.0.2/24"]);
+}
