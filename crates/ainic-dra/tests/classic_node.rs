@@ -272,8 +272,26 @@ async fn a_node_switched_to_dra_refuses_a_classic_config_serving_the_same_names(
 async fn allocate_names_device_nodes_by_the_hosts_own_dev_root() {
     let world = World::new("mi300x-8gpu-8nic").await;
     let plugins = world.tmp.path().join("device-plugins");
+    // The host's RDMA device nodes live below host-dev, as on the
+    // testbed's real nodes (made from the tree's `dev` files).
+    let host_dev = world.tmp.path().join("host-dev");
+    std::fs::create_dir_all(host_dev.join("infiniband")).unwrap();
+    for (name, numbers) in [("uverbs0", "231:192"), ("rdma_cm", "10:58")] {
+        let node = host_dev.join("infiniband").join(name);
+        let (major, minor) = numbers.split_once(':').unwrap();
+        let made = std::process::Command::new("mknod")
+            .arg(&node)
+            .args(["c", major, minor])
+            .status()
+            .expect("mknod (needs root)");
+        assert!(made.success(), "mknod {}", node.display());
+    }
     let kubelet = FakeKubelet::start(&plugins).await.unwrap();
-    let _agent = start_agent(&world, &plugins, &["--host-dev-root", "/opt/host/dev"]);
+    let _agent = start_agent(
+        &world,
+        &plugins,
+        &["--host-dev-root", host_dev.to_str().unwrap()],
+    );
     let r = kubelet
         .wait_for_registration("amd.com/nic", 1, WAIT)
         .await
@@ -285,13 +303,10 @@ async fn allocate_names_device_nodes_by_the_hosts_own_dev_root() {
         }],
     };
     let answer = client.allocate(request).await.unwrap().into_inner();
-    let specs = &answer.container_responses[0].devices;
-    assert!(!specs.is_empty());
-    for spec in specs {
-        assert!(
-            spec.host_path.starts_with("/opt/host/dev/infiniband/"),
-            "{spec:?}"
-        );
+    let container = &answer.container_responses[0];
+    assert_eq!(container.devices.len(), 2, "{container:?}");
+    testkit::fake_kubelet_dp::check_device_specs(container).unwrap();
+    for spec in &container.devices {
         assert!(
             spec.container_path.starts_with("/dev/infiniband/"),
             "{spec:?}"

@@ -179,3 +179,20 @@ impl Drop for FakeKubelet {
         }
     }
 }
+
+/// Checks an `Allocate` answer as the container runtime will: every device
+/// spec's host path must exist on the host and be a device node (containerd
+/// `lstat`s it to learn the type and numbers, and fails the container
+/// otherwise). The real node showed that the fake never looked.
+pub fn check_device_specs(answer: &dp::ContainerAllocateResponse) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    for spec in &answer.devices {
+        let meta = std::fs::symlink_metadata(&spec.host_path)
+            .map_err(|e| format!("lstat {}: {e}", spec.host_path))?;
+        let kind = meta.file_type();
+        if !kind.is_char_device() && !kind.is_block_device() {
+            return Err(format!("{} is not a device node", spec.host_path));
+        }
+    }
+    Ok(())
+}

@@ -6,28 +6,38 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::{Testbed, binaries, helm, repo_root};
 
-/// The agent's image archive (`scripts/image build`), which the real nodes
-/// import: `AINIC_AGENT_IMAGE` or `target/image/ainic-dra.oci.tar`.
-/// Panics when it is missing: it is built before the tests (`scripts/test`
-/// does), since building it here would wait on the cargo lock the test run
-/// holds.
+/// The agent's image archive, which the real nodes import:
+/// `AINIC_AGENT_IMAGE` if set, else built once per test process by
+/// `scripts/image build` (the release build the Dockerfile makes; nothing to
+/// do when `./scripts/test` built it just before), so a test never runs an
+/// image older than the code.
 pub fn agent_image() -> PathBuf {
-    let path = std::env::var_os("AINIC_AGENT_IMAGE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/image/ainic-dra.oci.tar"));
-    assert!(
-        path.is_file(),
-        "the agent image {} is missing: build it with `scripts/image build` \
-         (./scripts/test does before the tests)",
-        path.display()
-    );
-    path
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("AINIC_AGENT_IMAGE") {
+                return PathBuf::from(path);
+            }
+            let out = Command::new(repo_root().join("scripts/image"))
+                .arg("build")
+                .stderr(Stdio::inherit())
+                .output()
+                .expect("run scripts/image build");
+            assert!(
+                out.status.success(),
+                "scripts/image build failed ({}); see its output above",
+                out.status
+            );
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        })
+        .clone()
 }
 
 impl Testbed {
