@@ -5,7 +5,8 @@
 //! - [`dra_health::v1`], [`dra_health::v1alpha1`]: the `DRAResourceHealth` stream.
 //! - [`pluginregistration::v1`]: the plugin watcher's `Registration` service.
 //! - [`deviceplugin::v1beta1`]: the classic device plugin API.
-//! - [`uds`]: serving and dialling these services over unix sockets;
+//! - [`uds`]: serving and dialling these services over unix sockets, with
+//!   a pause after a failed accept ([`backoff`]);
 //!   [`authority`]: why and how a socket path sent as `:authority` is served.
 //!
 //! Each versioned module also has the string a plugin lists in
@@ -13,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod authority;
+pub mod backoff;
 pub mod uds;
 
 /// Dynamic Resource Allocation node service.

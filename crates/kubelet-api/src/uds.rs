@@ -9,7 +9,9 @@
 //! client that sends the socket path as `:authority` (the kubelet's plugin
 //! manager does) is served; [`connect`] returns a tonic [`Channel`] that
 //! dials the socket path with authority `localhost`, as the kubelet's DRA
-//! client and device manager do.
+//! client and device manager do. A failed accept (out of file descriptors)
+//! pauses the listener instead of letting tonic retry at once
+//! ([`crate::backoff`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,10 +25,13 @@ use tonic::transport::{Channel, Endpoint};
 use crate::authority::{self, ClientConn, ServerConn};
 
 /// The connections accepted on a socket from [`bind`], each one a
-/// [`ServerConn`] that accepts a socket path as `:authority`.
-pub type Incoming = tokio_stream::adapters::Map<
-    UnixListenerStream,
-    fn(io::Result<UnixStream>) -> io::Result<ServerConn<UnixStream>>,
+/// [`ServerConn`] that accepts a socket path as `:authority`, with a
+/// pause after a failed accept ([`crate::backoff`]).
+pub type Incoming = crate::backoff::Backoff<
+    tokio_stream::adapters::Map<
+        UnixListenerStream,
+        fn(io::Result<UnixStream>) -> io::Result<ServerConn<UnixStream>>,
+    >,
 >;
 
 /// Failure to bind or dial a unix socket.
@@ -107,7 +112,9 @@ pub fn bind(path: &Path) -> Result<Incoming, UdsError> {
     })?;
     let wrap: fn(io::Result<UnixStream>) -> io::Result<ServerConn<UnixStream>> =
         |accepted| accepted.map(ServerConn::new);
-    Ok(UnixListenerStream::new(listener).map(wrap))
+    Ok(crate::backoff::Backoff::new(
+        UnixListenerStream::new(listener).map(wrap),
+    ))
 }
 
 /// Opens a gRPC channel to the server listening on `path`.

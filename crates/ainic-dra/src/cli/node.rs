@@ -65,8 +65,11 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DIR", default_value = "/var/lib/ainic-dra")]
     pub state_dir: PathBuf,
 
-    /// Address for `/healthz`, `/readyz` and `/metrics`; empty to disable.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080", value_parser = check_http_addr)]
+    /// Address for `/healthz`, `/readyz` and `/metrics` (`IP:PORT`; the IP
+    /// may be bracketed, IPv4 or IPv6, as in `[$(HOST_IP)]:8080`); empty
+    /// to disable. The agent runs on the host network: the default is
+    /// loopback, the chart gives the node's own IP (docs/configuration.md).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080", value_parser = check_http_addr)]
     pub http_addr: String,
 
     /// Seconds between health reports; also between re-reads of sysfs
@@ -134,13 +137,19 @@ pub struct NodeArgs {
     pub device_plugin: DevicePluginArgs,
 }
 
+/// `IP:PORT`, `[IPv6]:PORT`, or `[IPv4]:PORT` (so a template can bracket
+/// an address of either family); empty for none.
 fn parse_http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse()
-        .map(Some)
-        .map_err(|e| format!("invalid address {s:?}: {e}"))
+    let invalid = |e: &dyn std::fmt::Display| format!("invalid address {s:?}: {e}");
+    if let Some((ip, port)) = s.strip_prefix('[').and_then(|r| r.split_once("]:")) {
+        let ip: std::net::IpAddr = ip.parse().map_err(|e| invalid(&e))?;
+        let port: u16 = port.parse().map_err(|e| invalid(&e))?;
+        return Ok(Some(SocketAddr::new(ip, port)));
+    }
+    s.parse().map(Some).map_err(|e| invalid(&e))
 }
 
 fn check_nri_index(s: &str) -> Result<String, String> {
@@ -237,6 +246,8 @@ pub fn run(args: NodeArgs) -> Result<()> {
     // socket and file I/O, and every extra thread costs stack and a malloc
     // arena (RSS), which the DaemonSet pays on every node.
     crate::node::memory::tune();
+    let nofile = crate::node::limits::raise_nofile();
+    tracing::info!(soft = ?nofile.soft, hard = ?nofile.hard, "open-file limits");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(4)
@@ -296,5 +307,27 @@ mod tests {
         let off = Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", ""]).unwrap();
         assert_eq!(off.node.config().http_addr, None);
         assert!(Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", "nope"]).is_err());
+        let default = Wrapper::try_parse_from(["x", "--node-name", "n"]).unwrap();
+        assert_eq!(
+            default.node.config().http_addr,
+            Some("127.0.0.1:8080".parse().unwrap()),
+            "loopback unless told: the agent is on the host network"
+        );
+        for (given, meant) in [
+            ("[10.1.2.3]:8080", "10.1.2.3:8080"),
+            ("[fd00::7]:8080", "[fd00::7]:8080"),
+        ] {
+            let w = Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", given]);
+            assert_eq!(
+                w.unwrap().node.config().http_addr,
+                Some(meant.parse().unwrap())
+            );
+        }
+        for bad in ["[]:8080", "[10.1.2.3]", "[10.1.2.3]:x", "[host]:80"] {
+            assert!(
+                Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -25,6 +25,7 @@ pub mod fixtures;
 pub mod follow;
 pub mod health;
 pub mod http;
+pub mod limits;
 pub mod memory;
 pub mod metadata;
 pub mod netdev;

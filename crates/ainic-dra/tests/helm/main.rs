@@ -109,9 +109,24 @@ fn check_all_typed(objects: &[Rendered]) {
 
 /// Runs the real binary with the DaemonSet's arguments and `--help` last:
 /// clap rejects an unknown flag or a bad value before it reaches `--help`.
+/// `$(HOST_IP)` is expanded as the kubelet expands it (from the pod's
+/// `status.hostIP`), here to an IPv4 address.
 fn assert_binary_accepts(args: &[String]) {
+    assert_binary_accepts_on(args, "10.0.0.5");
+}
+
+/// `args` with `$(HOST_IP)` expanded to `host_ip`, as the kubelet does.
+fn expanded(args: &[String], host_ip: &str) -> Vec<String> {
+    args.iter()
+        .map(|a| a.replace("$(HOST_IP)", host_ip))
+        .collect()
+}
+
+/// [`assert_binary_accepts`] on a node whose IP is `host_ip`.
+fn assert_binary_accepts_on(args: &[String], host_ip: &str) {
+    let args = expanded(args, host_ip);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args(args)
+        .args(&args)
         .arg("--help")
         .output()
         .unwrap();
@@ -352,7 +367,7 @@ fn netdev_mode_adds_the_nri_socket_netns_mounts_and_capabilities() {
     // being refused by the runtime at every registration.
     let bad = render(json!({"netdevMode": {"enabled": true, "pluginIndex": "7"}}));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args(self::args(&bad))
+        .args(expanded(&self::args(&bad), "10.0.0.5"))
         .arg("--help")
         .output()
         .unwrap();
@@ -550,6 +565,70 @@ fn metrics_service_selects_the_agent_pods() {
     let args = args(&off);
     assert!(args.contains(&"--http-addr=".to_string()));
     assert_binary_accepts(&args);
+}
+
+/// The probes' and the scraper's view of the agent's port, per
+/// `metrics.bind`: by default the node's own IP, never every interface.
+fn http_view(objects: &[Rendered]) -> (String, Vec<Value>, Vec<Value>) {
+    let c = container(objects);
+    let addr = args(objects)
+        .into_iter()
+        .find_map(|a| a.strip_prefix("--http-addr=").map(str::to_string))
+        .expect("an --http-addr");
+    let host_ip: Vec<Value> = (c["env"].as_array().unwrap().iter())
+        .filter(|e| e["name"] == "HOST_IP")
+        .cloned()
+        .collect();
+    let probe_hosts = ["livenessProbe", "readinessProbe"]
+        .iter()
+        .map(|p| c[p]["httpGet"]["host"].clone())
+        .collect();
+    (addr, host_ip, probe_hosts)
+}
+
+#[test]
+fn the_http_endpoint_binds_the_node_ip_by_default_not_every_interface() {
+    // Issue 29 item 4: it was 0.0.0.0 on the host network.
+    let objects = render(json!({}));
+    let (addr, host_ip, probe_hosts) = http_view(&objects);
+    assert_eq!(addr, "[$(HOST_IP)]:8080");
+    assert_eq!(
+        host_ip,
+        [json!({"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}})]
+    );
+    // The kubelet probes a hostNetwork pod on the node's IP: no host needed.
+    assert_eq!(probe_hosts, [Value::Null, Value::Null]);
+    assert_eq!(find(&objects, "Service").len(), 1);
+    for ip in ["10.0.0.5", "fd00::5"] {
+        assert_binary_accepts_on(&args(&objects), ip);
+    }
+
+    let loopback = render(json!({"metrics": {"bind": "loopback"}}));
+    let (addr, host_ip, probe_hosts) = http_view(&loopback);
+    assert_eq!(addr, "127.0.0.1:8080");
+    assert_eq!(host_ip.len(), 1, "set, unused");
+    assert_eq!(probe_hosts, [json!("127.0.0.1"), json!("127.0.0.1")]);
+    assert!(
+        find(&loopback, "Service").is_empty(),
+        "nothing to scrape off the node"
+    );
+    assert_binary_accepts(&args(&loopback));
+
+    let all = render(json!({"metrics": {"bind": "all", "port": 9100}}));
+    assert_eq!(http_view(&all).0, "0.0.0.0:9100");
+
+    let wrong = helm::template(
+        &chart_dir(),
+        RELEASE.name,
+        RELEASE.namespace,
+        &json!({"metrics": {"bind": "everywhere"}}),
+        KUBE_VERSION,
+    );
+    let Err(error) = wrong else {
+        panic!("an unknown bind is refused")
+    };
+    let error = error.to_string();
+    assert!(error.contains("metrics.bind \"everywhere\""), "{error}");
 }
 
 #[test]

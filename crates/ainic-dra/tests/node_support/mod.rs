@@ -100,10 +100,33 @@ impl World {
 
     /// Like [`World::start_agent`], with extra flags.
     pub fn start_agent_with(&self, fault: Option<&str>, extra: &[&str]) -> Agent {
+        self.start_agent_limited(fault, extra, None)
+    }
+
+    /// Like [`World::start_agent_with`], under the open-file limits
+    /// `nofile` (soft, hard) when given (set by `prlimit`, which then
+    /// execs the agent: the child's PID is the agent's).
+    pub fn start_agent_limited(
+        &self,
+        fault: Option<&str>,
+        extra: &[&str],
+        nofile: Option<(u64, u64)>,
+    ) -> Agent {
         let d = self.dirs();
         let http = format!("127.0.0.1:{}", free_port());
         let log = self.tmp.path().join(format!("agent-{}.log", free_port()));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ainic-dra"));
+        let agent = env!("CARGO_BIN_EXE_ainic-dra");
+        let mut cmd = match nofile {
+            Some((soft, hard)) => {
+                let mut prlimit = Command::new("prlimit");
+                prlimit
+                    .arg(format!("--nofile={soft}:{hard}"))
+                    .arg("--")
+                    .arg(agent);
+                prlimit
+            }
+            None => Command::new(agent),
+        };
         cmd.args(["--log", "info", "node", "--node-name", NODE])
             .arg("--sysfs-root")
             .arg(&self.sysfs)

@@ -67,3 +67,16 @@ the kubelet injects. Empty: in-cluster defaults.
   value: {{ .Values.apiServer.port | default 443 | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The host part of the agent's --http-addr, from metrics.bind. */}}
+{{- define "ainic-dra.httpHost" -}}
+{{- if eq .Values.metrics.bind "hostIP" -}}
+[$(HOST_IP)]
+{{- else if eq .Values.metrics.bind "loopback" -}}
+127.0.0.1
+{{- else if eq .Values.metrics.bind "all" -}}
+0.0.0.0
+{{- else -}}
+{{- fail (printf "metrics.bind %q is not one of hostIP, loopback, all" .Values.metrics.bind) -}}
+{{- end -}}
+{{- end -}}

@@ -51,6 +51,8 @@ pub struct Metrics {
     reclaimed: Counter,
     respecs: Counter,
     stale: Counter,
+    http_accept_errors: Counter,
+    http_evicted: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -71,6 +73,8 @@ impl Default for Metrics {
         let reclaimed = Counter::default();
         let respecs = Counter::default();
         let stale = Counter::default();
+        let http_accept_errors = Counter::default();
+        let http_evicted = Counter::default();
         registry.register(
             "ainic_dra_claims",
             "Claims handled, by operation",
@@ -111,6 +115,16 @@ impl Default for Metrics {
             "Times a prepared claim was found naming a device that is gone (its CDI spec was removed)",
             stale.clone(),
         );
+        registry.register(
+            "ainic_dra_http_accept_errors",
+            "Times the HTTP endpoint could not accept a connection (e.g. out of file descriptors); each is followed by a backoff",
+            http_accept_errors.clone(),
+        );
+        registry.register(
+            "ainic_dra_http_connections_evicted",
+            "HTTP connections closed to make room for a newer one at the connection cap",
+            http_evicted.clone(),
+        );
         Self {
             registry,
             claims,
@@ -121,6 +135,8 @@ impl Default for Metrics {
             reclaimed,
             respecs,
             stale,
+            http_accept_errors,
+            http_evicted,
         }
     }
 }
@@ -170,6 +186,16 @@ impl Metrics {
     /// Counts prepared claims found naming a device that is gone.
     pub fn stale(&self) {
         self.stale.inc();
+    }
+
+    /// Counts a failed accept of the HTTP endpoint.
+    pub fn http_accept_failed(&self) {
+        self.http_accept_errors.inc();
+    }
+
+    /// Counts an HTTP connection closed to make room at the cap.
+    pub fn http_connection_evicted(&self) {
+        self.http_evicted.inc();
     }
 
     /// Sets whether the kubelet accepted the plugin.

@@ -2,19 +2,18 @@
 //! serves), `/readyz` (the kubelet accepted the plugin, the sockets are up
 //! and the devices published are as configured: the Node was read and the
 //! fabric config and node labels are valid) and `/metrics` (Prometheus
-//! text format).
+//! text format). What it answers is here; how it accepts and bounds
+//! connections is [`server`].
 
 pub mod metrics;
+pub mod server;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::body::Bytes;
+use hyper::{Method, Response, StatusCode};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -76,33 +75,17 @@ pub fn route(state: &HttpState, method: &Method, path: &str) -> Response<Full<By
 }
 
 /// Binds `addr`; returns the bound address (port 0 picks one) and the
-/// serving future.
+/// serving future, bounded by [`server::Limits::for_nofile`] of this
+/// process's open-file limit.
 pub async fn serve(
     addr: SocketAddr,
     state: HttpState,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let server = async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let state = state.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |req: Request<Incoming>| {
-                    let response = route(&state, req.method(), req.uri().path());
-                    async move { Ok::<_, Infallible>(response) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service);
-                if let Err(error) = conn.await {
-                    tracing::debug!(%error, "http connection ended");
-                }
-            });
-        }
-    };
-    Ok((bound, server))
+    let limits = server::Limits::for_nofile(crate::node::limits::nofile().soft);
+    tracing::debug!(?limits, "http limits");
+    Ok((bound, server::run(listener, state, limits)))
 }
 
 #[cfg(test)]
