@@ -132,6 +132,70 @@ fn fabric_sources_set_rail_fabric_and_leaf() {
     );
 }
 
+/// Issue 29 item 7: the LLDP command ran through `sh -c`, and the agent's
+/// image has no shell. Here the agent's PATH holds a fake `lldpcli` and
+/// nothing else: it must be run directly.
+#[test]
+fn the_lldp_command_runs_without_a_shell() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let json = dir.path().join("lldp.json");
+    std::fs::write(
+        &json,
+        r#"{"lldp":[{"interface":[{"name":"enp4s0","chassis":[{"name":[{"value":"leaf-7"}]}]}]}]}"#,
+    )
+    .unwrap();
+    // The fake execs cat itself (its #! line names an absolute path,
+    // found without PATH); the agent gets no `sh` on its PATH.
+    let fake = bin.join("lldpcli");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh
+exec /bin/cat {}
+",
+            json.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+        .args(["slices", "--node-name", "node-a", "-o", "json"])
+        .args(["--topology", "mi300x-8gpu-8nic"])
+        .args(["--lldp-command", "lldpcli -f json0 show neighbors"])
+        .env_remove("AINIC_DRA_LOG")
+        .env("PATH", &bin)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let slices: Vec<ResourceSlice> = serde_json::from_slice(&out.stdout).unwrap();
+    let leaf = attr(&slices, "pf-0000-04-00-0", "ainic.amd.com/leafSwitch");
+    assert_eq!(
+        leaf.and_then(|a| a.string).as_deref(),
+        Some("leaf-7"),
+        "{stderr}"
+    );
+
+    // Shell syntax stops the command line at once, with the reason.
+    let piped = ainic(&[
+        "slices",
+        "--node-name",
+        "node-a",
+        "--topology",
+        "mi300x-8gpu-8nic",
+        "--lldp-command",
+        "lldpcli -f json0 show neighbors | cat",
+    ]);
+    let stderr = String::from_utf8_lossy(&piped.stderr);
+    assert!(
+        !piped.status.success() && stderr.contains("without a shell"),
+        "{stderr}"
+    );
+}
+
 /// Issue 29 item 1: a bad fabric config was logged and the slices built
 /// with fabric defaults, dropping every tenant the file set. Now it is an
 /// error naming the file, the entry and its line.

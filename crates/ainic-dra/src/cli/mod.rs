@@ -6,6 +6,7 @@ pub mod controller;
 pub mod demo;
 pub mod deviceclasses;
 pub mod discover;
+pub mod lldp;
 pub mod node;
 pub mod simulate;
 pub mod slices;

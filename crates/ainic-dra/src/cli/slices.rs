@@ -13,6 +13,7 @@ use dra_model::fabric::{FabricFile, FabricSources, LldpNeighbors};
 use dra_model::{FeatureGates, ModelConfig, ModelOptions, PfWithVfs, Release, SliceSet};
 
 use super::SysfsSource;
+use super::lldp::{LldpCommand, LldpError};
 
 /// Flags that shape the device model (shared with `node`).
 #[derive(Args, Debug, Clone)]
@@ -77,9 +78,11 @@ pub struct ModelArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "lldp_command")]
     pub lldp_json: Option<PathBuf>,
 
-    /// Command printing LLDP neighbours in `lldpcli -f json0` form, run with `sh -c`.
-    #[arg(long, value_name = "COMMAND")]
-    pub lldp_command: Option<String>,
+    /// Command printing LLDP neighbours in `lldpcli -f json0` form, e.g.
+    /// `lldpcli -f json0 show neighbors`: a program and its arguments, run
+    /// directly (no shell: shell syntax is refused), killed after 5 s.
+    #[arg(long, value_name = "COMMAND", value_parser = LldpCommand::parse)]
+    pub lldp_command: Option<LldpCommand>,
 }
 
 /// `--pf-with-vfs` values.
@@ -169,23 +172,19 @@ impl ModelArgs {
             )
         } else {
             let cmd = self.lldp_command.as_ref()?;
-            (run_command(cmd), cmd.clone())
+            let text = match cmd.run() {
+                Err(absent @ LldpError::Absent { .. }) if !cmd.first_absence() => {
+                    tracing::debug!("{absent}; LLDP data not used");
+                    return None;
+                }
+                ran => ran.map_err(|e| e.to_string()),
+            };
+            (text, cmd.display())
         };
         text.and_then(|t| LldpNeighbors::parse(&t, &origin).map_err(|e| e.to_string()))
             .inspect_err(|e| tracing::warn!("{e}; LLDP data not used"))
             .ok()
     }
-}
-
-fn run_command(cmd: &str) -> Result<String, String> {
-    let out = std::process::Command::new("sh")
-        .args(["-c", cmd])
-        .output()
-        .map_err(|e| format!("failed to run {cmd:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("{cmd:?} failed with {}", out.status));
-    }
-    String::from_utf8(out.stdout).map_err(|_| format!("{cmd:?} printed non-UTF-8 output"))
 }
 
 /// Arguments of `ainic-dra slices`.

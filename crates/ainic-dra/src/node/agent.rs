@@ -270,7 +270,9 @@ impl Wiring {
         let state = fabric.borrow().clone();
         let rebuild = checked_rebuild(self.model.clone(), self.classic.as_ref());
         // Also what the classic path scores with; its error stops the agent.
-        let model = rebuild(labels.clone(), state.in_force().flatten())?;
+        // Off the async workers: the fabric sources may run a command (LLDP).
+        let fabric_now = state.in_force().flatten();
+        let model = tokio::task::block_in_place(|| rebuild(labels.clone(), fabric_now))?;
         let (first, problem) = desired::decide(&state, |_| Ok(model.clone()));
         let events = Arc::new(KubeNodeEvents::new(&self.client, &node, &self.driver));
         let mut reporter =
