@@ -4,6 +4,13 @@
 //! already its own, by an update carrying the resourceVersion it read, so
 //! two candidates can never both win one round.
 //!
+//! Expiry is measured on this process's own monotonic clock, from when it
+//! last saw the Lease's record change ([`Observed`]), never by comparing
+//! the holder's `renewTime` with the local wall clock: the holder's clock
+//! may be minutes off this one's. So a candidate that starts, or first
+//! sees a holder, waits a full lease duration before taking over from a
+//! holder that stopped renewing, as client-go's does.
+//!
 //! Written here because the Rust crates for it (`kube-leader-election`,
 //! `kube-lease-manager`) are built on older majors of `kube` than this
 //! project's, which would put a second Kubernetes client into the binary.
@@ -11,13 +18,15 @@
 //! overlap briefly with the next; the controller's writes are idempotent
 //! (it writes what the slices and labels should be), so that is safe.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
+use tokio::time::Instant;
 
 /// A candidate for one Lease.
 pub struct Elector {
@@ -25,6 +34,24 @@ pub struct Elector {
     name: String,
     identity: String,
     duration: Duration,
+    observed: Mutex<Option<Observed>>,
+}
+
+/// The Lease's record as this process last saw it change, and when.
+#[derive(Debug, Clone, PartialEq)]
+struct Observed {
+    record: LeaseSpec,
+    at: Instant,
+}
+
+impl Observed {
+    /// Whether the holder of the record seen has not renewed it (the
+    /// record has not changed) for its lease duration, by this process's
+    /// clock.
+    fn expired(&self, now: Instant) -> bool {
+        let seconds = self.record.lease_duration_seconds.unwrap_or(0).max(0);
+        self.at + Duration::from_secs(seconds as u64) <= now
+    }
 }
 
 impl Elector {
@@ -36,6 +63,25 @@ impl Elector {
             name: name.to_string(),
             identity: identity.to_string(),
             duration,
+            observed: Mutex::new(None),
+        }
+    }
+
+    /// Notes `record` as seen at `now`; the observation in force: the
+    /// previous one while the record is unchanged (the holder has not
+    /// renewed).
+    fn observe(&self, record: &LeaseSpec, now: Instant) -> Observed {
+        let mut observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        match &*observed {
+            Some(seen) if seen.record == *record => seen.clone(),
+            _ => {
+                let seen = Observed {
+                    record: record.clone(),
+                    at: now,
+                };
+                *observed = Some(seen.clone());
+                seen
+            }
         }
     }
 
@@ -51,6 +97,8 @@ impl Elector {
     }
 
     /// Takes or renews the Lease; whether this candidate leads now.
+    /// `renewTime` is written from the wall clock for people and other
+    /// tools to read; no candidate here compares it with its own clock.
     pub async fn try_lead(&self) -> Result<bool, kube::Error> {
         let now = Timestamp::now();
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
@@ -61,16 +109,13 @@ impl Elector {
                 },
                 spec: Some(self.spec(now, None, 0)),
             };
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            };
+            return self.write(self.api.create(&PostParams::default(), &lease).await);
         };
         let spec = lease.spec.clone().unwrap_or_default();
+        let seen = self.observe(&spec, Instant::now());
         let holder = spec.holder_identity.as_deref().unwrap_or_default();
         let mine = holder == self.identity;
-        if !mine && !holder.is_empty() && !expired(&spec, now) {
+        if !mine && !holder.is_empty() && !seen.expired(Instant::now()) {
             return Ok(false);
         }
         let transitions = spec.lease_transitions.unwrap_or(0);
@@ -79,12 +124,17 @@ impl Elector {
         } else {
             self.spec(now, None, transitions + 1)
         });
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => Ok(true),
+        let params = PostParams::default();
+        self.write(self.api.replace(&self.name, &params, &lease).await)
+    }
+
+    /// Whether a write of the Lease won it; a won record is observed now.
+    fn write(&self, written: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+        match written {
+            Ok(lease) => {
+                self.observe(&lease.spec.unwrap_or_default(), Instant::now());
+                Ok(true)
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
         }
@@ -109,29 +159,5 @@ impl Elector {
     }
 }
 
-/// Whether the holder of `spec` failed to renew it in time.
-fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
-    let Some(MicroTime(renewed)) = spec.renew_time else {
-        return true;
-    };
-    let seconds = i64::from(spec.lease_duration_seconds.unwrap_or(0));
-    renewed + SignedDuration::from_secs(seconds) < now
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lease_expires_only_after_its_duration_since_the_last_renewal() {
-        let now = Timestamp::now();
-        let spec = |ago: i64, duration: i32| LeaseSpec {
-            renew_time: Some(MicroTime(now - SignedDuration::from_secs(ago))),
-            lease_duration_seconds: Some(duration),
-            ..LeaseSpec::default()
-        };
-        assert!(!expired(&spec(5, 15), now));
-        assert!(expired(&spec(16, 15), now));
-        assert!(expired(&LeaseSpec::default(), now));
-    }
-}
+mod tests;
