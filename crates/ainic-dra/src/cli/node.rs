@@ -65,6 +65,11 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DIR", default_value = "/var/lib/ainic-dra")]
     pub state_dir: PathBuf,
 
+    /// Seconds to wait for another agent to release the state directory
+    /// (its lock, `agent.lock`) before giving up; 0 gives up at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub state_lock_wait: u64,
+
     /// Address for `/healthz`, `/readyz` and `/metrics` (`IP:PORT`; the IP
     /// may be bracketed, IPv4 or IPv6, as in `[$(HOST_IP)]:8080`); empty
     /// to disable. The agent runs on the host network: the default is
@@ -270,7 +275,12 @@ pub fn run(args: NodeArgs) -> Result<()> {
         resync_every: Duration::from_secs(args.resync_interval.max(1)),
         kubernetes_version: args.model.kubernetes_version,
     };
+    let lock_wait = Duration::from_secs(args.state_lock_wait);
     runtime.block_on(async move {
+        // Before anything reads the checkpoint or touches the CDI and
+        // socket directories; held until the agent exits.
+        let lock = crate::node::state_lock::acquire(&args.state_dir, lock_wait).await?;
+        tracing::info!(lock = %lock.path().display(), "state directory locked");
         let client = kube_client(args.kubeconfig.as_ref()).await?;
         agent::run(client, config).await
     })

@@ -35,6 +35,7 @@ pub mod publisher;
 pub mod rdma_netns;
 pub mod sandbox;
 pub mod server_version;
+pub mod state_lock;
 pub mod uevents;
 
 use std::net::SocketAddr;

@@ -301,8 +301,58 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     }
 }
 
-/// Writes `bytes` to `path` atomically and durably: a temp file in the same
-/// directory, fsync, rename over `path`.
+/// A temp file name for a write of `path`, unique to this process and
+/// write (`checkpoint.json.<pid>.<n>.tmp`): two writers, in one process
+/// or two, never share one, so neither renames the other's half-written
+/// file over the checkpoint or loses its own to the other's rename.
+fn temp_path(path: &Path) -> PathBuf {
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!("{name}.{}.{n}.tmp", std::process::id()))
+}
+
+/// Whether `name` is a temp file of a write of `file_name` (this binary's
+/// or the fixed `<stem>.tmp` of older agents).
+fn is_temp_of(name: &str, file_name: &str) -> bool {
+    let stem = file_name
+        .rsplit_once('.')
+        .map_or(file_name, |(stem, _)| stem);
+    name == format!("{stem}.tmp")
+        || (name.starts_with(&format!("{file_name}.")) && name.ends_with(".tmp"))
+}
+
+/// Removes temp files that writes of `path` left behind (a process killed
+/// between create and rename). Only for the one agent that holds the
+/// state directory's lock: another writer's temp file would go too.
+pub fn remove_stale_temps(path: &Path) -> Result<Vec<String>, CheckpointError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let file_name = path.file_name().unwrap_or_default().to_string_lossy();
+    let io = |action, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| CheckpointError::Io {
+            action,
+            path: p,
+            source,
+        }
+    };
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io("list the directory of", path))? {
+        let name = entry
+            .map_err(io("list the directory of", path))?
+            .file_name();
+        let name = name.to_string_lossy();
+        if is_temp_of(&name, &file_name) {
+            let stale = dir.join(&*name);
+            fs::remove_file(&stale).map_err(io("remove stale temp file", &stale))?;
+            removed.push(name.into_owned());
+        }
+    }
+    Ok(removed)
+}
+
+/// Writes `bytes` to `path` atomically and durably: a temp file of its own
+/// ([`temp_path`]) in the same directory, fsync, rename over `path`.
 pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let io = |action, p: &Path| {
         let p = p.to_path_buf();
@@ -312,7 +362,7 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
             source,
         }
     };
-    let tmp = path.with_extension("tmp");
+    let tmp = temp_path(path);
     let mut file = fs::File::create(&tmp).map_err(io("create", &tmp))?;
     faults::hit(Point::CheckpointTempCreated);
     file.write_all(bytes).map_err(io("write", &tmp))?;
@@ -320,7 +370,10 @@ pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     file.sync_all().map_err(io("fsync", &tmp))?;
     faults::hit(Point::CheckpointTempSynced);
     drop(file);
-    fs::rename(&tmp, path).map_err(io("rename", path))
+    fs::rename(&tmp, path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io("rename", path)(e)
+    })
 }
 
 #[cfg(test)]
@@ -412,7 +465,57 @@ mod tests {
         assert_eq!(load(&path).unwrap(), Checkpoint::default());
         write_durably(&path, &encode(&sample())).unwrap();
         assert_eq!(load(&path).unwrap(), sample());
-        assert!(!path.with_extension("tmp").exists());
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [FILE_NAME], "no temp file left");
+    }
+
+    #[test]
+    fn two_writers_of_one_file_never_collide() {
+        // Two agents (or two stores) writing one checkpoint at once: with
+        // one shared temp name, one renamed the other's half-written file
+        // or failed to find its own.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let writer = |tag: &'static str| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut c = sample();
+                c.claims.get_mut("uid-1").unwrap().name = tag.repeat(4096);
+                let bytes = encode(&c);
+                (0..300)
+                    .map(|_| write_durably(&path, &bytes))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let (a, b) = (writer("a"), writer("b"));
+        let failed: Vec<String> = (a.join().unwrap().into_iter())
+            .chain(b.join().unwrap())
+            .filter_map(|r| r.err().map(|e| e.to_string()))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{} failed writes, first: {:?}",
+            failed.len(),
+            failed.first()
+        );
+        load(&path).expect("the file is one writer's, whole");
+    }
+
+    #[test]
+    fn temp_files_left_by_a_killed_writer_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        for stale in ["checkpoint.json.77.3.tmp", "checkpoint.tmp"] {
+            fs::write(dir.path().join(stale), b"half").unwrap();
+        }
+        fs::write(dir.path().join("agent.lock"), b"pid 1").unwrap();
+        let mut removed = remove_stale_temps(&path).unwrap();
+        removed.sort();
+        assert_eq!(removed, ["checkpoint.json.77.3.tmp", "checkpoint.tmp"]);
+        assert!(dir.path().join("agent.lock").exists());
     }
 
     #[test]

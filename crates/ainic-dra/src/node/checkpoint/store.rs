@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use super::{
     Checkpoint, CheckpointError, ExclusiveConflict, FILE_NAME, NetdevMove, PreparedClaim, encode,
-    load, write_durably,
+    load, remove_stale_temps, write_durably,
 };
 
 /// Why [`CheckpointStore::insert_exclusive`] recorded nothing.
@@ -50,6 +50,9 @@ impl CheckpointStore {
         })?;
         let path = state_dir.join(FILE_NAME);
         let checkpoint = load(&path)?;
+        for stale in remove_stale_temps(&path)? {
+            tracing::info!(file = %stale, "removed a checkpoint temp file left by a killed write");
+        }
         Ok(Self {
             path,
             state: Mutex::new(Versioned {
@@ -306,8 +309,9 @@ mod tests {
     async fn a_failed_write_leaves_memory_as_the_disk() {
         let dir = tempfile::tempdir().unwrap();
         let store = CheckpointStore::open(dir.path()).unwrap();
-        // A directory where the temp file must go makes the write fail.
-        std::fs::create_dir(store.path().with_extension("tmp")).unwrap();
+        // A file where the state directory was makes the write fail.
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        std::fs::write(dir.path(), b"not a directory").unwrap();
         assert!(store.insert("a", claim("a")).await.is_err());
         assert_eq!(store.get("a"), None);
     }
