@@ -22,6 +22,7 @@
 
 pub mod claims;
 pub mod grpc;
+pub mod names;
 pub mod registration;
 pub mod resolve;
 pub mod respec;
@@ -306,6 +307,7 @@ impl Driver {
     /// the claim has nothing to attach here.
     async fn plan_claim(&self, claim: &ClaimRef) -> anyhow::Result<Option<Planned>> {
         let object = self.parts.claims.get(&claim.namespace, &claim.name).await?;
+        names::check(claim, &object, &self.parts.scope)?;
         let inventory = self.parts.inventory.borrow().clone();
         let planned = resolve::plan(&object, &claim.uid, &self.parts.scope, &inventory)?;
         if planned.is_empty() {

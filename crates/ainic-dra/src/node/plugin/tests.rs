@@ -740,6 +740,34 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
 }
 
+/// Issue 29 item 7: the pod's name for a claim is an annotation, which
+/// the API server does not validate, and it went into the path where the
+/// metadata is mounted in the container (`../..` climbed out of it).
+#[tokio::test]
+async fn a_pod_claim_name_that_is_no_dns_name_is_refused_and_nothing_written() {
+    let h = harness_of(None, true);
+    h.attributes.send_replace(Some(Arc::default()));
+    let mut evil = claim("evil", "u1", &[("nic", D, "node-a", PF0)], json!([]));
+    evil.metadata.annotations = Some(
+        [(
+            crate::node::metadata::POD_CLAIM_NAME.to_string(),
+            "../../../../etc/cron.d".to_string(),
+        )]
+        .into(),
+    );
+    h.claims.put(evil);
+    let outcome = h.driver.prepare(&[r("evil", "u1")]).await;
+    let error = outcome["u1"].clone().unwrap_err();
+    assert!(
+        error.contains("annotation resource.kubernetes.io/pod-claim-name \"../../../../etc/cron.d\" is not a DNS subdomain"),
+        "{error}"
+    );
+    assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
+    assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
+    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    assert!(on_disk.claims.is_empty());
+}
+
 #[tokio::test]
 async fn a_fabric_partition_claim_is_prepared_with_nothing_to_attach() {
     let h = harness_of(None, true);
