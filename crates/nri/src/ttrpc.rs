@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use prost::Message;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
 use crate::mux::{Conn, Trunk};
 
@@ -224,12 +224,20 @@ pub trait Service: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<u8>, Status>> + Send;
 }
 
+/// Most calls served at once on one connection. A runtime sends a hook per
+/// pod sandbox event, each answered in milliseconds; past this many the
+/// connection is not read until one ends, so a runtime (or anything on
+/// its socket) flooding calls cannot grow tasks and memory without bound.
+pub const MAX_CALLS_IN_FLIGHT: usize = 32;
+
 /// Serves `service` on `conn` until the connection closes; each call runs
-/// in a task of its own, so a slow hook does not hold up the others.
+/// in a task of its own, so a slow hook does not hold up the others, at
+/// most [`MAX_CALLS_IN_FLIGHT`] at once.
 pub async fn serve<S: Service>(conn: Conn, service: Arc<S>) -> Result<(), TtrpcError> {
     let id = conn.id;
     let trunk = conn.trunk;
     let mut reader = Reader::new(conn.incoming);
+    let in_flight = Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT));
     while let Some(frame) = reader.next().await? {
         if frame.kind != TYPE_REQUEST {
             tracing::debug!(
@@ -238,8 +246,11 @@ pub async fn serve<S: Service>(conn: Conn, service: Arc<S>) -> Result<(), TtrpcE
             );
             continue;
         }
+        let permit = in_flight.clone().acquire_owned().await;
+        let permit = permit.expect("the semaphore is never closed");
         let (service, trunk) = (service.clone(), trunk.clone());
         tokio::spawn(async move {
+            let _permit = permit;
             let response = answer(&*service, &frame.payload).await;
             let message = encode(frame.stream, TYPE_RESPONSE, &response.encode_to_vec());
             if let Err(e) = trunk.send(id, &message).await {

@@ -151,3 +151,72 @@ async fn client_streams_are_odd_and_increasing() {
     }
     assert_eq!(streams, [1, 3, 5]);
 }
+
+/// Holds every call until released, counting how many run at once.
+#[derive(Default)]
+struct Gate {
+    running: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    open: tokio::sync::Notify,
+    released: std::sync::atomic::AtomicBool,
+}
+
+impl Service for Gate {
+    async fn call(&self, _: &str, _: &str, payload: Vec<u8>) -> Result<Vec<u8>, Status> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.running.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        while !self.released.load(SeqCst) {
+            let opened = self.open.notified();
+            if self.released.load(SeqCst) {
+                break;
+            }
+            opened.await;
+        }
+        self.running.fetch_sub(1, SeqCst);
+        Ok(payload)
+    }
+}
+
+#[tokio::test]
+async fn calls_in_flight_are_bounded_and_the_rest_wait_their_turn() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (client, server) = pair();
+    let gate = Arc::new(Gate::default());
+    tokio::spawn(serve(server, gate.clone()));
+    let client = Arc::new(client);
+    let calls: Vec<_> = (0..3 * MAX_CALLS_IN_FLIGHT)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let message = Bytes {
+                    value: vec![i as u8],
+                };
+                let timeout = Duration::from_secs(60);
+                client
+                    .call::<_, Bytes>("Gate", "Hold", &message, timeout)
+                    .await
+            })
+        })
+        .collect();
+    // Wait until the server holds all it will take.
+    while gate.running.load(SeqCst) < MAX_CALLS_IN_FLIGHT {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        gate.running.load(SeqCst),
+        MAX_CALLS_IN_FLIGHT,
+        "the rest wait"
+    );
+    gate.released.store(true, SeqCst);
+    gate.open.notify_waiters();
+    for (i, call) in calls.into_iter().enumerate() {
+        assert_eq!(
+            call.await.unwrap().unwrap().value,
+            [i as u8],
+            "every call answered"
+        );
+    }
+    assert_eq!(gate.most.load(SeqCst), MAX_CALLS_IN_FLIGHT);
+}
