@@ -45,14 +45,11 @@ pub async fn follow_runtime(config: NriConfig, sandboxes: Arc<Sandboxes>) {
 }
 
 impl nri::PodHooks for Hooks {
-    /// Answers at once and converges in the background: the runtime gives
-    /// `Synchronize` 2 s, and moving several netdevs may take longer.
+    /// Answers at once and converges in the background (the runtime gives
+    /// `Synchronize` 2 s, and moving several netdevs may take longer),
+    /// with the hooks that follow held until it is done.
     async fn synchronize(&self, pods: Vec<PodSandbox>) {
-        self.0
-            .synced
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let sandboxes = self.0.clone();
-        tokio::spawn(async move { sandboxes.synchronize(&pods).await });
+        drop(self.0.begin_synchronize(pods).await);
     }
 
     async fn run_pod_sandbox(&self, pod: PodSandbox) -> Result<(), String> {

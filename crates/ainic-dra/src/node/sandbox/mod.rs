@@ -25,19 +25,31 @@
 //! with its netdev ([`crate::node::rdma_netns`]): in after the netdev,
 //! home before it.
 //!
-//! One lock serialises all moves: hooks take tens of milliseconds, and two
-//! moves of the same netdev must never interleave.
+//! Locking ([`locks`]): a hook holds the locks of the moves it touches
+//! (one per claim and device), so hooks of different pods run side by
+//! side and a slow move holds up only its own pod; `Synchronize` shuts
+//! every hook out until it has converged on its snapshot of the runtime.
+//!
+//! A NIC never stays in a pod that is going for want of a checkpoint
+//! write: when the move home cannot be recorded (a full disk), the netdev
+//! is brought home all the same, and forgetting the move is retried until
+//! the checkpoint takes it (the record that it is still away is the safe
+//! error: a restart brings it home again).
 
 pub mod error;
 pub mod hooks;
+pub mod locks;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use nri::api::PodSandbox;
-use tokio::sync::{Mutex, MutexGuard, mpsc};
+use tokio::sync::{RwLock, mpsc};
+
+use locks::{ClaimGuard, KeyLocks};
 
 pub use error::SandboxError;
 pub use hooks::follow_runtime;
@@ -55,7 +67,10 @@ pub struct Sandboxes {
     store: Arc<CheckpointStore>,
     sysfs: PathBuf,
     status: Option<mpsc::UnboundedSender<StatusJob>>,
-    moving: Mutex<()>,
+    /// Shared by hooks, exclusive for `Synchronize` ([`locks`]).
+    gate: Arc<RwLock<()>>,
+    /// One lock per move key ([`locks`]).
+    keys: Arc<KeyLocks>,
     enabled: bool,
     synced: AtomicBool,
     rdma: Arc<dyn RdmaNetns>,
@@ -72,6 +87,10 @@ struct Wanted {
 impl Wanted {
     fn label(&self) -> String {
         format!("{}/{}", self.claim.namespace, self.claim.name)
+    }
+
+    fn key(&self) -> String {
+        move_key(&self.claim.uid, &self.device.device)
     }
 }
 
@@ -95,6 +114,12 @@ impl Sandbox {
             netns: PathBuf::from(nri::network_namespace(pod)?),
         })
     }
+}
+
+/// Whether two records are of one move: the same sandbox, netns and pod
+/// (whatever its phase).
+fn same_move(a: &NetdevMove, b: &NetdevMove) -> bool {
+    (a.sandbox_id == b.sandbox_id) && (a.netns == b.netns) && (a.pod_uid == b.pod_uid)
 }
 
 /// Whether `moved` belongs to sandbox `id` of pod `pod_uid` (records from
@@ -124,7 +149,8 @@ impl Sandboxes {
             store,
             sysfs: sysfs.to_path_buf(),
             status,
-            moving: Mutex::new(()),
+            gate: Arc::default(),
+            keys: Arc::default(),
             enabled,
             synced: AtomicBool::new(false),
             rdma,
@@ -173,13 +199,28 @@ impl Sandboxes {
     /// Moves every netdev the pod's claims want into `sandbox`; on a
     /// failure brings back what it moved and says which netdev failed.
     pub async fn attach_sandbox(&self, sandbox: &Sandbox) -> Result<(), SandboxError> {
-        let _held = self.moving.lock().await;
-        let wanted = self.wanted(&sandbox.pod_uid);
+        let _gate = self.gate.read().await;
+        self.attach_gated(sandbox).await
+    }
+
+    /// [`Sandboxes::attach_sandbox`] under the gate.
+    async fn attach_gated(&self, sandbox: &Sandbox) -> Result<(), SandboxError> {
+        let keys: BTreeSet<String> = self
+            .wanted(&sandbox.pod_uid)
+            .iter()
+            .map(Wanted::key)
+            .collect();
+        let _held = self.keys.lock_all(&keys).await;
+        // Read again under the keys: a claim may have gone meanwhile.
+        let mut wanted = self.wanted(&sandbox.pod_uid);
+        wanted.retain(|w| keys.contains(&w.key()));
         let mut done: Vec<String> = Vec::new();
         for want in &wanted {
-            let key = move_key(&want.claim.uid, &want.device.device);
+            let key = want.key();
             if let Err(error) = self.attach_one(&key, want, sandbox).await {
-                for key in &done {
+                // Nothing of the pod's stays in it: what moved, and this
+                // one should it have stopped half-way.
+                for key in done.iter().chain([&key]) {
                     if let Some(moved) = self.store.moves().remove(key.as_str()) {
                         self.bring_home(key, moved).await;
                     }
@@ -281,15 +322,18 @@ impl Sandboxes {
 
     /// Moves the netdev (and RDMA device) of `moved` home and forgets the
     /// move; whether it is home (failures are logged and the move kept
-    /// as moving, to retry).
+    /// as moving, to retry). The caller holds the move's key. A move home
+    /// the checkpoint cannot record (a full disk) happens all the same:
+    /// a NIC must not stay in a pod that is going, and the record that it
+    /// is away makes a restart bring it home again; forgetting the move
+    /// is retried ([`Sandboxes::retry_forget`]).
     async fn bring_home(&self, key: &str, mut moved: NetdevMove) -> bool {
         if moved.phase != MovePhase::Moving
             && let Err(error) = self
                 .set_phase(key, &mut moved, Some(MovePhase::Moving))
                 .await
         {
-            tracing::error!(key, %error, "cannot record the move home; not moving");
-            return false;
+            tracing::warn!(key, %error, "cannot record the move home; moving the netdev home anyway");
         }
         let netns = Path::new(&moved.netns);
         if let Some(rdma) = &moved.rdma_device {
@@ -310,13 +354,40 @@ impl Sandboxes {
             return false;
         }
         faults::hit(Point::DetachBeforeForget);
-        match self.set_phase(key, &mut moved, None).await {
-            Ok(()) => true,
-            Err(error) => {
-                tracing::warn!(key, %error, "netdev home, but the checkpoint still records the move");
-                false
-            }
+        if let Err(error) = self.set_phase(key, &mut moved, None).await {
+            tracing::warn!(key, %error, "netdev home, but the checkpoint still records the move; retrying");
+            self.retry_forget(key, moved);
         }
+        true
+    }
+
+    /// Forgets the move `key` once the checkpoint can record it, trying
+    /// from 100 ms, doubling to 30 s, for as long as the move recorded is
+    /// still `moved` (a newer move of the key is left alone).
+    fn retry_forget(&self, key: &str, moved: NetdevMove) {
+        let (store, gate, keys) = (self.store.clone(), self.gate.clone(), self.keys.clone());
+        let key = key.to_string();
+        tokio::spawn(async move {
+            let mut wait = Duration::from_millis(100);
+            loop {
+                tokio::time::sleep(wait).await;
+                let _gate = gate.read().await;
+                let _held = keys.lock_all(&BTreeSet::from([key.clone()])).await;
+                if !(store.moves().get(&key)).is_some_and(|m| same_move(m, &moved)) {
+                    return;
+                }
+                match store.record_move(&key, None).await {
+                    Ok(()) => {
+                        tracing::info!(key, "the checkpoint recorded the netdev home at last");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::debug!(key, %error, "still cannot record the netdev home")
+                    }
+                }
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+        });
     }
 
     /// The RDMA device to move with the netdev: the NIC's (today's name,
@@ -366,19 +437,37 @@ impl Sandboxes {
 
     /// Brings home every netdev moved into sandbox `id` of pod `pod_uid`.
     pub async fn detach_sandbox(&self, id: &str, pod_uid: &str) {
-        let _held = self.moving.lock().await;
+        let _gate = self.gate.read().await;
+        let of_sandbox = |moved: &NetdevMove| belongs(moved, id, pod_uid);
+        let keys: BTreeSet<String> = (self.store.moves().into_iter())
+            .filter(|(_, m)| of_sandbox(m))
+            .map(|(k, _)| k)
+            .collect();
+        let _held = self.keys.lock_all(&keys).await;
         for (key, moved) in self.store.moves() {
-            if belongs(&moved, id, pod_uid) {
+            if keys.contains(&key) && of_sandbox(&moved) {
                 self.bring_home(&key, moved).await;
             }
         }
     }
 
     /// Brings home every netdev of claim `claim_uid` (before unprepare);
-    /// the guard keeps every hook out until the claim is forgotten.
-    pub async fn detach_claim(&self, claim_uid: &str) -> Result<MutexGuard<'_, ()>, SandboxError> {
-        let held = self.moving.lock().await;
+    /// the guard keeps every hook away from the claim's netdevs until the
+    /// claim is forgotten.
+    pub async fn detach_claim(&self, claim_uid: &str) -> Result<ClaimGuard, SandboxError> {
+        let gate = self.gate.clone().read_owned().await;
         let prefix = format!("{claim_uid}/");
+        let mut keys: BTreeSet<String> = (self.store.moves().into_keys())
+            .filter(|k| k.starts_with(&prefix))
+            .collect();
+        let record = self.store.get(claim_uid);
+        let devices = record.iter().flat_map(|r| &r.devices);
+        keys.extend(
+            devices
+                .filter(|d| d.netdev.is_some())
+                .map(|d| move_key(claim_uid, &d.device)),
+        );
+        let held = self.keys.lock_all(&keys).await;
         for (key, moved) in self.store.moves() {
             if key.starts_with(&prefix) && !self.bring_home(&key, moved.clone()).await {
                 return Err(SandboxError::StillAway {
@@ -388,35 +477,58 @@ impl Sandboxes {
                 });
             }
         }
-        Ok(held)
+        Ok(ClaimGuard {
+            _gate: gate,
+            _keys: held,
+        })
+    }
+
+    /// Converges on the runtime's sandboxes ([`Sandboxes::synchronize`])
+    /// in the background, with every hook shut out from now until it is
+    /// done: hooks the runtime sends after `Synchronize` see its result.
+    /// Returns once the hooks are shut out; the handle ends with the
+    /// convergence.
+    pub async fn begin_synchronize(
+        self: &Arc<Self>,
+        pods: Vec<PodSandbox>,
+    ) -> tokio::task::JoinHandle<()> {
+        self.synced.store(true, Ordering::Relaxed);
+        let gate = self.gate.clone().write_owned().await;
+        let sandboxes = self.clone();
+        tokio::spawn(async move {
+            let _gate = gate;
+            sandboxes.synchronize_gated(&pods).await;
+        })
     }
 
     /// Converges on the runtime's sandboxes: moves whose sandbox is not
     /// running with its namespace, or that stopped half-way, are undone;
-    /// running sandboxes get their netdevs.
+    /// running sandboxes get their netdevs. No hook runs meanwhile.
     pub async fn synchronize(&self, pods: &[PodSandbox]) {
         self.synced.store(true, Ordering::Relaxed);
+        let _gate = self.gate.write().await;
+        self.synchronize_gated(pods).await;
+    }
+
+    async fn synchronize_gated(&self, pods: &[PodSandbox]) {
         // Runtimes list stopped sandboxes too: without a namespace
         // (containerd) or with one that is gone (CRI-O).
         let running: Vec<Sandbox> = (pods.iter().filter_map(Sandbox::of))
             .filter(|s| s.netns.exists())
             .collect();
-        {
-            let _held = self.moving.lock().await;
-            for (key, moved) in self.store.moves() {
-                let alive = running.iter().any(|s| {
-                    belongs(&moved, &s.id, &s.pod_uid) && s.netns == Path::new(&moved.netns)
-                });
-                if !alive || moved.phase == MovePhase::Moving {
-                    self.bring_home(&key, moved).await;
-                }
+        for (key, moved) in self.store.moves() {
+            let alive = running
+                .iter()
+                .any(|s| belongs(&moved, &s.id, &s.pod_uid) && s.netns == Path::new(&moved.netns));
+            if !alive || moved.phase == MovePhase::Moving {
+                self.bring_home(&key, moved).await;
             }
         }
         for sandbox in &running {
             if self.wanted(&sandbox.pod_uid).is_empty() {
                 continue;
             }
-            if let Err(error) = self.attach_sandbox(sandbox).await {
+            if let Err(error) = self.attach_gated(sandbox).await {
                 tracing::error!(pod_uid = %sandbox.pod_uid, sandbox = %sandbox.id, %error, "cannot move a running pod's netdev in");
             }
         }
