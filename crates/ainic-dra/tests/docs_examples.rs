@@ -348,11 +348,12 @@ fn exercise_helm_values(block: &Block) {
         .iter()
         .find(|r| r.object["kind"] == "DaemonSet")
         .unwrap();
-    let args: Vec<&str> = daemonset.object["spec"]["template"]["spec"]["containers"][0]["args"]
+    // `$(HOST_IP)` expanded as the kubelet does, from the pod's status.hostIP.
+    let args: Vec<String> = daemonset.object["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| a.as_str().unwrap())
+        .map(|a| a.as_str().unwrap().replace("$(HOST_IP)", "10.0.0.5"))
         .collect();
     ok(
         bin().args(&args).arg("--help").output().unwrap(),
