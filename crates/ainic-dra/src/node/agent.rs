@@ -272,7 +272,12 @@ impl Wiring {
         // Also what the classic path scores with; its error stops the agent.
         // Off the async workers: the fabric sources may run a command (LLDP).
         let fabric_now = state.in_force().flatten();
-        let model = tokio::task::block_in_place(|| rebuild(labels.clone(), fabric_now))?;
+        let build = || rebuild(labels.clone(), fabric_now);
+        let model = match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(build),
+            // A current-thread runtime has no other worker to hand off to.
+            _ => build(),
+        }?;
         let (first, problem) = desired::decide(&state, |_| Ok(model.clone()));
         let events = Arc::new(KubeNodeEvents::new(&self.client, &node, &self.driver));
         let mut reporter =
