@@ -96,7 +96,7 @@ async fn killed_at(point: Point, n: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_at_any_point_of_prepare_or_unprepare_leaves_nothing_behind() {
     let mut swept = Vec::new();
-    for point in Point::ALL {
+    for point in Point::ALL.into_iter().chain(Point::COMPACTION) {
         let mut n = 1;
         while killed_at(point, n).await {
             swept.push(format!("{}@{n}", point.name()));

@@ -258,6 +258,24 @@ impl Drop for SmallDisk {
     }
 }
 
+/// Appends a record that changes nothing (the removal of a claim never
+/// prepared) sized so the journal ends at a block boundary: a full disk
+/// then refuses its next append. Without it, a small append fits in the
+/// last block's slack whether the disk is full or not.
+fn pad_journal_to_a_block(state: &std::path::Path) {
+    use ainic_dra::node::checkpoint::journal::{FILE_NAME, Record};
+    use std::io::Write;
+    let path = state.join(FILE_NAME);
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    let bare = Record::Del(String::new()).encode().len();
+    let need = (len + bare).div_ceil(4096) * 4096 - len - bare;
+    let pad = Record::Del("p".repeat(need)).encode();
+    assert_eq!((len + pad.len()) % 4096, 0);
+    let mut journal = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    journal.write_all(&pad).unwrap();
+    journal.sync_all().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_does_not_keep_a_nic_in_a_stopping_pod() {
     let net = Net::new("hd");
@@ -272,11 +290,12 @@ async fn a_full_disk_does_not_keep_a_nic_in_a_stopping_pod() {
     hooks.run(&pod).await.unwrap();
     assert!(in_pod(&net));
 
+    pad_journal_to_a_block(&disk.0);
     disk.fill();
     within("the stop hook", hooks.detach_sandbox(&pod.id, &pod.uid)).await;
     assert!(at_home(&net), "home although the checkpoint cannot say so");
     assert!(!in_pod(&net));
-    let on_disk = || checkpoint::load(&disk.0.join(checkpoint::FILE_NAME)).unwrap();
+    let on_disk = || checkpoint::read(&disk.0).unwrap();
     assert_eq!(
         on_disk().moves.len(),
         1,

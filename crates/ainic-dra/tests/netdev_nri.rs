@@ -143,15 +143,15 @@ impl Bed {
 
     /// The moves the checkpoint records, as `phase` strings.
     fn moves(&self) -> Vec<String> {
-        let path = self.world.dirs().state.join("checkpoint.json");
-        let bytes = std::fs::read(path).unwrap_or_default();
-        let Some(newline) = bytes.iter().position(|b| *b == b'\n') else {
-            return Vec::new();
+        let checkpoint = ainic_dra::node::checkpoint::read(&self.world.dirs().state).unwrap();
+        let phase = |m: &ainic_dra::node::checkpoint::NetdevMove| {
+            serde_json::to_value(m.phase)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
         };
-        let body: Value = serde_json::from_slice(&bytes[newline + 1..]).unwrap();
-        (body["moves"].as_object().into_iter().flatten())
-            .map(|(_, m)| m["phase"].as_str().unwrap().to_string())
-            .collect()
+        checkpoint.moves.values().map(phase).collect()
     }
 }
 

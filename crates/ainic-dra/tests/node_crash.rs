@@ -308,3 +308,66 @@ async fn renumbered_devices_never_reach_a_spec_after_a_restart_or_while_running(
     assert!(world.cdi_files().is_empty());
     assert!(world.checkpoint_claims().is_empty());
 }
+
+/// Issue 31 item 4: after a reboot (another boot ID) the agent rebuilds
+/// every prepared claim's spec from today's devices into the emptied CDI
+/// dir, and asks the API server about its claims at once, so a claim
+/// deleted while the node was down is unprepared without waiting for the
+/// sweep interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_rebuilds_specs_and_sweeps_claims_deleted_meanwhile_at_once() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let boot = world.tmp.path().join("boot_id");
+    std::fs::write(&boot, "boot-before\n").unwrap();
+    let boot_flag = ["--boot-id-file", boot.to_str().unwrap()];
+    let kept = world.claim("kept", &[("nic", DRIVER, NODE, PF0)], json!([]));
+    let gone = world.claim(
+        "gone",
+        &[("nic", DRIVER, NODE, "pf-0000-24-00-0")],
+        json!([]),
+    );
+    let agent = world.start_agent_with(None, &boot_flag);
+    let kubelet = world.register().await;
+    let answer = kubelet
+        .prepare_v1(&[kept.clone(), gone.clone()])
+        .await
+        .unwrap();
+    assert!(
+        answer.claims.values().all(|r| r.error.is_empty()),
+        "{answer:?}"
+    );
+    let (path, before) = verbs_in_spec(&world, &kept.uid);
+    drop(agent);
+
+    // The reboot: a new boot ID, the CDI dir (tmpfs) empty, other device
+    // numbers, and a claim deleted meanwhile.
+    std::fs::write(&boot, "boot-after\n").unwrap();
+    for file in world.cdi_files() {
+        std::fs::remove_file(world.dirs().cdi.join(file)).unwrap();
+    }
+    renumber(&world, &path, "231:240");
+    let claims: kube::Api<k8s_openapi::api::resource::v1::ResourceClaim> =
+        kube::Api::namespaced(world.api.client(), "default");
+    claims.delete("gone", &Default::default()).await.unwrap();
+
+    let agent = world.start_agent_with(None, &boot_flag);
+    world.register().await;
+    assert_eq!(
+        verbs_in_spec(&world, &kept.uid),
+        (path, "231:240".into()),
+        "rebuilt from today's devices (was {before})"
+    );
+    for _ in 0..200 {
+        if world.checkpoint_claims() == [kept.uid.clone()] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(world.checkpoint_claims(), std::slice::from_ref(&kept.uid));
+    assert_eq!(
+        world.claim_specs(),
+        [format!("ainic.amd.com-{}.json", kept.uid)]
+    );
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(log.contains("the node rebooted"), "{log}");
+}

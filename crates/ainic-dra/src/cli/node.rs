@@ -65,6 +65,12 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DIR", default_value = "/var/lib/ainic-dra")]
     pub state_dir: PathBuf,
 
+    /// Where this boot's ID is read: the checkpoint records the boot it was
+    /// written in, and what a reboot voids (netdevs in pod namespaces,
+    /// device numbers, CDI specs on tmpfs) is not trusted from another.
+    #[arg(long, value_name = "FILE", default_value = crate::node::checkpoint::store::KERNEL_BOOT_ID)]
+    pub boot_id_file: PathBuf,
+
     /// Seconds to wait for another agent to release the state directory
     /// (its lock, `agent.lock`) before giving up; 0 gives up at once.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
@@ -187,6 +193,7 @@ impl NodeArgs {
             registry_dir: self.registry_dir.clone(),
             cdi_dir: self.cdi_dir.clone(),
             state_dir: self.state_dir.clone(),
+            boot_id_file: self.boot_id_file.clone(),
             http_addr: parse_http_addr(&self.http_addr).expect("checked by clap"),
             refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
             rescan_every: Duration::from_secs(self.rescan_interval.max(1)),

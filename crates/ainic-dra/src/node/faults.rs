@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub const ENV: &str = "AINIC_DRA_FAULT";
 
 /// Places worth a crash: the steps of prepare and unprepare and of the
-/// two durable writes they make (a CDI spec, the checkpoint).
+/// durable writes they make (a CDI spec, a checkpoint append, a checkpoint
+/// compaction).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Point {
     /// Claim read and planned; nothing written yet.
@@ -40,6 +41,10 @@ pub enum Point {
     CheckpointTempWritten,
     /// The checkpoint's temp file is fsynced, not yet renamed.
     CheckpointTempSynced,
+    /// Records are appended to the checkpoint journal, not yet fsynced.
+    JournalWritten,
+    /// The appended records are fsynced; the waiters are not yet told.
+    JournalSynced,
     /// A netdev move is recorded; the netdev has not left the host.
     AttachAfterRecord,
     /// The netdev is in the pod, configured; the move is not yet marked
@@ -51,7 +56,7 @@ pub enum Point {
 
 impl Point {
     /// Every point, for sweeps.
-    pub const ALL: [Point; 10] = [
+    pub const ALL: [Point; 9] = [
         Point::PrepareBeforeCdi,
         Point::PrepareAfterCdi,
         Point::PrepareAfterCheckpoint,
@@ -59,6 +64,13 @@ impl Point {
         Point::UnprepareAfterCdi,
         Point::UnprepareAfterCheckpoint,
         Point::CdiTempWritten,
+        Point::JournalWritten,
+        Point::JournalSynced,
+    ];
+    /// The steps of a checkpoint compaction (journal rewritten through a
+    /// temp file). Armed, one of them makes every checkpoint write a
+    /// compaction, so a sweep reaches it ([`compaction_armed`]).
+    pub const COMPACTION: [Point; 3] = [
         Point::CheckpointTempCreated,
         Point::CheckpointTempWritten,
         Point::CheckpointTempSynced,
@@ -85,6 +97,8 @@ impl Point {
             Point::CheckpointTempCreated => "checkpoint-temp-created",
             Point::CheckpointTempWritten => "checkpoint-temp-written",
             Point::CheckpointTempSynced => "checkpoint-temp-synced",
+            Point::JournalWritten => "journal-written",
+            Point::JournalSynced => "journal-synced",
             Point::AttachAfterRecord => "attach-after-record",
             Point::AttachAfterMove => "attach-after-move",
             Point::DetachBeforeForget => "detach-before-forget",
@@ -109,6 +123,7 @@ fn armed() -> &'static Option<(String, u32)> {
             Some((point, n))
                 if Point::ALL
                     .iter()
+                    .chain(&Point::COMPACTION)
                     .chain(&Point::NETDEV)
                     .any(|p| p.name() == point) =>
             {
@@ -123,6 +138,16 @@ fn armed() -> &'static Option<(String, u32)> {
             }
         }
     })
+}
+
+/// Whether a compaction step ([`Point::COMPACTION`]) is armed: then every
+/// checkpoint write compacts. Always `false` in release builds.
+pub fn compaction_armed() -> bool {
+    #[cfg(debug_assertions)]
+    if let Some((armed, _)) = armed() {
+        return Point::COMPACTION.iter().any(|p| p.name() == armed);
+    }
+    false
 }
 
 /// Aborts the process if `point` is the armed one and this is its `n`th hit.

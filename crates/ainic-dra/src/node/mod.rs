@@ -78,6 +78,8 @@ pub struct NodeConfig {
     pub cdi_dir: PathBuf,
     /// Where the checkpoint lives.
     pub state_dir: PathBuf,
+    /// Where this boot's ID is read (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id_file: PathBuf,
     /// `/healthz`, `/readyz`, `/metrics`; `None` serves no HTTP.
     pub http_addr: Option<SocketAddr>,
     /// Time between health reports (and rediscoveries without kernel
@@ -144,7 +146,16 @@ pub async fn start(
     );
     let (inventory_tx, inventory_rx) = watch::channel(Arc::new(inventory));
 
-    let store = Arc::new(CheckpointStore::open(&config.state_dir)?);
+    let boot = checkpoint::journal::boot_id(&config.boot_id_file);
+    let store = Arc::new(CheckpointStore::open_in_boot(&config.state_dir, &boot)?);
+    let rebooted = store.previous_boot().map(str::to_string);
+    if let Some(previous) = &rebooted {
+        // The pods' network namespaces died with the boot and their
+        // netdevs are the host's again; device numbers and the CDI dir are
+        // rebuilt below from today's devices.
+        let forgotten = store.forget_moves().await?;
+        tracing::warn!(previous_boot = %previous, boot = %boot, netdev_moves_forgotten = forgotten, "the node rebooted since the checkpoint was written: prepared claims are rebuilt from today's devices");
+    }
     let cdi = CdiDir::open(&config.cdi_dir)?;
     let mut reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
     let (attributes_tx, attributes) = watch::channel(None);
@@ -207,6 +218,11 @@ pub async fn start(
 
     if let Some(every) = config.sweep_every {
         tokio::spawn(plugin::sweep::run(driver.clone(), every));
+    }
+    if rebooted.is_some() {
+        // Claims deleted while the node was down: asked about at once, not
+        // at the first sweep interval.
+        tokio::spawn(plugin::sweep::once(driver.clone()));
     }
 
     let (reports_tx, reports_rx) = watch::channel(Arc::default());

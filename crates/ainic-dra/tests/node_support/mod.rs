@@ -211,15 +211,13 @@ impl World {
         specs
     }
 
-    /// Claim UIDs in the checkpoint file (empty when there is none).
+    /// Claim UIDs in the checkpoint (empty when there is none).
     pub fn checkpoint_claims(&self) -> Vec<String> {
-        let path = self.dirs().state.join("checkpoint.json");
-        let Ok(bytes) = std::fs::read(&path) else {
-            return vec![];
-        };
-        let body = &bytes[bytes.iter().position(|b| *b == b'\n').unwrap() + 1..];
-        let v: Value = serde_json::from_slice(body).unwrap();
-        v["claims"].as_object().unwrap().keys().cloned().collect()
+        ainic_dra::node::checkpoint::read(&self.dirs().state)
+            .unwrap()
+            .claims
+            .into_keys()
+            .collect()
     }
 }
 

@@ -1,18 +1,24 @@
 //! The node agent's checkpoint: which claims are prepared, with the devices
-//! handed to the kubelet and the CDI spec written for each, so that
-//! unprepare works from the checkpoint alone and a restart can restore or
-//! clean the CDI directory.
+//! handed to the kubelet (by identity: PCI address, RDMA device) and the
+//! CDI spec file written for each, so that unprepare works from the
+//! checkpoint alone and a restart can rebuild or clean the CDI directory
+//! from today's devices.
 //!
-//! On disk: one header line `ainic-dra-checkpoint v<VERSION> fnv1a64=<hex>`
-//! followed by the JSON body; the checksum covers the body bytes exactly.
-//! Written with temp file + fsync + rename, so a reader (or a process
-//! killed at any point) sees the old or the new file, whole. The directory
-//! is not fsynced: that only matters after a power loss, when the CDI dir
-//! (tmpfs) and every container are gone too, and it would double the cost
-//! of every prepare (one fsync is the floor of its latency).
+//! On disk, format v2: an append-only journal ([`journal`]). Format v1
+//! (`checkpoint.json`: one header line `ainic-dra-checkpoint v1
+//! fnv1a64=<hex>` and the JSON body, rewritten whole at each change) is
+//! still read, and migrated to v2 at the first start of this agent; a
+//! newer format is refused with an error that says so.
 
+pub mod journal;
 pub mod reconcile;
 pub mod store;
+
+/// The checkpoint in `state_dir`, read without changing anything (tools,
+/// tests): the journal, or a v1 checkpoint not yet migrated.
+pub fn read(state_dir: &Path) -> Result<Checkpoint, CheckpointError> {
+    journal::read_only(state_dir)
+}
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -23,9 +29,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::faults::{self, Point};
 
-/// Format version written in the header.
+/// Format version of the v1 file (the journal's: [`journal::VERSION`]).
 pub const VERSION: u32 = 1;
-/// File name inside `--state-dir`.
+/// File name of the v1 checkpoint inside `--state-dir`.
 pub const FILE_NAME: &str = "checkpoint.json";
 const MAGIC: &str = "ainic-dra-checkpoint";
 
@@ -108,7 +114,11 @@ pub struct PreparedClaim {
     pub devices: Vec<PreparedDevice>,
     /// File name of the claim's CDI spec in the CDI directory.
     pub cdi_file: String,
-    /// The spec's exact content, to rewrite it if it went missing.
+    /// The spec's content, for entries of older agents only, whose devices
+    /// have no identity to rebuild it from; empty otherwise (the spec is
+    /// rebuilt from the devices' identities and today's inventory, so the
+    /// record stays small).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cdi_spec: String,
     /// The claim's device-metadata CDI specs (file name, content): the CDI
     /// directory is tmpfs, so they are rewritten from here after a reboot.

@@ -418,7 +418,8 @@ impl Driver {
             name: claim.name.clone(),
             devices: devices.to_vec(),
             cdi_file: spec.file_name.clone(),
-            cdi_spec: spec.content,
+            // Rebuilt from the devices' identities when needed.
+            cdi_spec: String::new(),
             metadata_specs: metadata.specs,
             metadata_files: metadata.files,
         };
@@ -476,9 +477,18 @@ impl Driver {
                 .cdi
                 .write_file(&record.cdi_file, content.as_bytes())?;
         }
-        if content != record.cdi_spec {
+        // A spec on disk (or, for an entry of an older agent, the recorded
+        // one) that differs from today's: the kernel renumbered or renamed.
+        let renumbered = if record.cdi_spec.is_empty() {
+            rewrite && on_disk.is_some()
+        } else {
+            content != record.cdi_spec
+        };
+        if renumbered {
             tracing::warn!(claim_uid = %uid, claim = %record.name, namespace = %record.namespace, "devices of a prepared claim were renumbered or renamed: CDI spec rebuilt from today's devices");
             self.parts.metrics.respecced();
+        }
+        if !record.cdi_spec.is_empty() && content != record.cdi_spec {
             // The file is right already; the record catches up on the next check.
             if let Err(error) = self.parts.store.update_spec(uid, content).await {
                 tracing::warn!(claim_uid = %uid, %error, "rebuilt CDI spec not recorded in the checkpoint");

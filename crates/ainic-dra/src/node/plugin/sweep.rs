@@ -84,3 +84,11 @@ pub async fn run(driver: Arc<Driver>, every: Duration) {
         driver.sweep_orphans().await;
     }
 }
+
+/// Sweeps once now (after a reboot: claims deleted while the node was
+/// down); a claim the API server does not answer about waits for the next
+/// sweep.
+pub async fn once(driver: Arc<Driver>) {
+    let reclaimed = driver.sweep_orphans().await;
+    tracing::info!(reclaimed, "sweep after a reboot done");
+}

@@ -104,7 +104,7 @@ async fn prepare_writes_spec_and_checkpoint_and_is_idempotent() {
     assert_eq!(devices[0].cdi_ids, ["amd.com/ainic=u1-pf-0000-0c-00-0"]);
     assert_eq!(devices[0].requests, ["nic"]);
     assert_eq!(cdi_files(&h), ["ainic.amd.com-u1.json"]);
-    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    let on_disk = checkpoint::read(&h.state_dir).unwrap();
     assert_eq!(on_disk.claims["u1"].devices, devices);
 
     // A second prepare (another pod of a shared claim) answers from the
@@ -191,7 +191,7 @@ async fn unprepare_needs_only_the_checkpoint_and_is_idempotent() {
     assert_eq!(h.driver.unprepare(&[r("a", "u1")]).await["u1"], Ok(()));
     assert_eq!(h.claims.gets(), gets, "unprepare never reads the API");
     assert!(cdi_files(&h).is_empty());
-    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    let on_disk = checkpoint::read(&h.state_dir).unwrap();
     assert!(on_disk.claims.is_empty());
 }
 
@@ -421,12 +421,13 @@ async fn a_repeated_prepare_rebuilds_the_spec_from_todays_device_numbers() {
     let env = spec["devices"][0]["containerEdits"]["env"].to_string();
     assert!(env.contains("NCCL_IB_HCA==rocep12s0"), "{env}");
 
-    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&on_disk.claims["u1"].cdi_spec).unwrap(),
-        spec,
-        "the checkpoint records the rebuilt spec"
-    );
+    // The checkpoint records what to rebuild the spec from, not the spec
+    // (issue 34: nothing derivable is stored).
+    let on_disk = checkpoint::read(&h.state_dir).unwrap();
+    let recorded = &on_disk.claims["u1"];
+    assert_eq!(recorded.cdi_spec, "");
+    let identity = recorded.devices[0].identity.as_ref().unwrap();
+    assert_eq!(identity.pci_address, "0000:0c:00.0");
     let metrics = h.driver.parts.metrics.encode();
     assert!(
         metrics.contains("ainic_dra_cdi_specs_rebuilt_total 1"),
@@ -555,7 +556,7 @@ async fn a_prepare_dropped_by_the_kubelet_finishes_and_the_retry_finds_it() {
         1,
         "the dropped call's work finished; the retry answered from the checkpoint"
     );
-    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    let on_disk = checkpoint::read(&h.state_dir).unwrap();
     assert_eq!(
         on_disk,
         h.driver.parts.store.snapshot(),
@@ -764,7 +765,7 @@ async fn a_pod_claim_name_that_is_no_dns_name_is_refused_and_nothing_written() {
     );
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
     assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
-    let on_disk = checkpoint::load(&h.state_dir.join(checkpoint::FILE_NAME)).unwrap();
+    let on_disk = checkpoint::read(&h.state_dir).unwrap();
     assert!(on_disk.claims.is_empty());
 }
 
