@@ -6,10 +6,13 @@
 // simulate reads, runs the binary and turns its answer back into
 // allocation results or an error.
 //
-// The table's package is internal, so the run script adds
-// simulate_test.go.in to a copy of upstream's module (experimental
-// package), where it calls the table with a factory built on this
-// package.
+// The table's package is internal, so the run script adds a release's
+// simulate_test.go.in (testbed/upstream-table-1.3x, which pins that
+// release) to a copy of upstream's module (experimental package), where
+// it calls the table with a factory built on this package. This package
+// builds against every release 1.34 to 1.37: it may not import the
+// structured package (which imports the experimental package the table
+// runs in), so the allocated state comes in plain terms (State).
 package upstreamtable
 
 import (
@@ -28,7 +31,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/structured/schedulerapi"
 )
 
 // ClassLister lists DeviceClasses (the table's DeviceClassLister).
@@ -45,7 +47,7 @@ type Simulator struct {
 	// Gates are given to simulate as --feature-gates.
 	Gates map[string]bool
 	// State is what claims already allocated hold.
-	State schedulerapi.AllocatedState
+	State State
 	// Classes and Slices are the cluster's objects.
 	Classes ClassLister
 	Slices  []*resourceapi.ResourceSlice
@@ -81,8 +83,14 @@ func (s *Simulator) Allocate(ctx context.Context, node *v1.Node, claims []*resou
 	if err := os.WriteFile(file, objects, 0o644); err != nil {
 		return nil, err
 	}
+	// A case without a node (the table's "empty" one) allocates on a node
+	// no slice names.
+	nodeName := "no-node"
+	if node != nil {
+		nodeName = node.Name
+	}
 	args := []string{"simulate", "--kubernetes-version", s.Release,
-		"--feature-gates", s.gates(), "--node", node.Name, "-f", file, "-o", "json"}
+		"--feature-gates", s.gates(), "--node", nodeName, "-f", file, "-o", "json"}
 	cmd := exec.CommandContext(ctx, s.Bin, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -173,6 +181,26 @@ func (s *Simulator) objects(node *v1.Node, claims []*resourceapi.ResourceClaim) 
 	return json.MarshalIndent(map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, "", "  ")
 }
 
+// DeviceID names a device (upstream's DeviceID, as strings).
+type DeviceID struct{ Driver, Pool, Device string }
+
+func (id DeviceID) String() string { return id.Driver + "/" + id.Pool + "/" + id.Device }
+
+// Share is a share of a device held by an allocated claim.
+type Share struct {
+	DeviceID
+	ShareID string
+}
+
+// State is the table's allocated state (upstream's AllocatedState) in
+// plain terms: devices held whole, shares held, and the capacity consumed
+// on each device, summed over its shares.
+type State struct {
+	Devices  []DeviceID
+	Shares   []Share
+	Capacity map[DeviceID]map[resourceapi.QualifiedName]resource.Quantity
+}
+
 // held is a claim whose allocation holds what the state says, the way
 // kube-scheduler gathers the state from allocated claims: a result
 // without a share holds its device; a result with a share holds that
@@ -181,28 +209,34 @@ func (s *Simulator) objects(node *v1.Node, claims []*resourceapi.ResourceClaim) 
 // its own).
 func (s *Simulator) held() *resourceapi.ResourceClaim {
 	var out []resourceapi.DeviceRequestAllocationResult
-	result := func(id schedulerapi.DeviceID) resourceapi.DeviceRequestAllocationResult {
+	result := func(id DeviceID) resourceapi.DeviceRequestAllocationResult {
 		return resourceapi.DeviceRequestAllocationResult{Request: heldRequest,
-			Driver: id.Driver.String(), Pool: id.Pool.String(), Device: id.Device.String()}
+			Driver: id.Driver, Pool: id.Pool, Device: id.Device}
 	}
-	for _, id := range sortedIDs(s.State.AllocatedDevices.UnsortedList()) {
+	for _, id := range sortedIDs(s.State.Devices) {
 		out = append(out, result(id))
 	}
-	capacityGiven := map[schedulerapi.DeviceID]bool{}
-	shares := s.State.AllocatedSharedDeviceIDs.UnsortedList()
-	sort.Slice(shares, func(i, j int) bool { return shares[i].String() < shares[j].String() })
+	capacityGiven := map[DeviceID]bool{}
+	shares := append([]Share(nil), s.State.Shares...)
+	key := func(share Share) string {
+		if share.ShareID == "" {
+			return share.DeviceID.String()
+		}
+		return share.DeviceID.String() + "/" + share.ShareID
+	}
+	sort.Slice(shares, func(i, j int) bool { return key(shares[i]) < key(shares[j]) })
 	for _, share := range shares {
-		r := result(share.GetDeviceID())
-		uid := types.UID(share.ShareID.String())
+		r := result(share.DeviceID)
+		uid := types.UID(share.ShareID)
 		r.ShareID = &uid
-		if consumed, ok := s.State.AggregatedCapacity[share.GetDeviceID()]; ok && !capacityGiven[share.GetDeviceID()] {
-			r.ConsumedCapacity = quantities(consumed)
-			capacityGiven[share.GetDeviceID()] = true
+		if consumed, ok := s.State.Capacity[share.DeviceID]; ok && !capacityGiven[share.DeviceID] {
+			r.ConsumedCapacity = copied(consumed)
+			capacityGiven[share.DeviceID] = true
 		}
 		out = append(out, r)
 	}
-	var rest []schedulerapi.DeviceID
-	for id := range s.State.AggregatedCapacity {
+	var rest []DeviceID
+	for id := range s.State.Capacity {
 		if !capacityGiven[id] {
 			rest = append(rest, id)
 		}
@@ -211,7 +245,7 @@ func (s *Simulator) held() *resourceapi.ResourceClaim {
 		r := result(id)
 		uid := types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", n+1))
 		r.ShareID = &uid
-		r.ConsumedCapacity = quantities(s.State.AggregatedCapacity[id])
+		r.ConsumedCapacity = copied(s.State.Capacity[id])
 		out = append(out, r)
 	}
 	if len(out) == 0 {
@@ -225,17 +259,16 @@ func (s *Simulator) held() *resourceapi.ResourceClaim {
 	return claim
 }
 
-func sortedIDs(ids []schedulerapi.DeviceID) []schedulerapi.DeviceID {
+func sortedIDs(ids []DeviceID) []DeviceID {
+	ids = append([]DeviceID(nil), ids...)
 	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
 	return ids
 }
 
-func quantities(consumed schedulerapi.ConsumedCapacity) map[resourceapi.QualifiedName]resource.Quantity {
+func copied(consumed map[resourceapi.QualifiedName]resource.Quantity) map[resourceapi.QualifiedName]resource.Quantity {
 	out := make(map[resourceapi.QualifiedName]resource.Quantity, len(consumed))
 	for name, q := range consumed {
-		if q != nil {
-			out[name] = q.DeepCopy()
-		}
+		out[name] = q.DeepCopy()
 	}
 	return out
 }
@@ -288,9 +321,9 @@ func (s *Simulator) quantities(claims []*resourceapi.ResourceClaim) []resource.Q
 			}
 		}
 	}
-	for _, consumed := range s.State.AggregatedCapacity {
+	for _, consumed := range s.State.Capacity {
 		for _, q := range consumed {
-			add(q)
+			add(&q)
 		}
 	}
 	return out

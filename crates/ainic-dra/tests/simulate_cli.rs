@@ -393,3 +393,64 @@ fn help_explains_the_exit_codes() {
         "{text}"
     );
 }
+
+/// Issue 36: a pool with a device name twice is, as upstream words it, a
+/// hard error in 1.34 (exit 2, `pool <name> is invalid: <reason>`) and from
+/// 1.35 a failure on this node (exit 3, `invalid resource pools were
+/// encountered`, then which pool and why).
+#[test]
+fn an_invalid_pool_is_worded_and_classed_as_each_release_does() {
+    let inputs = Inputs::new();
+    let slices = inputs.write(
+        "dup/slices.yaml",
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-nic-a}
+spec:
+  driver: ainic.amd.com
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: nic-0}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: n1-nic-b}
+spec:
+  driver: ainic.amd.com
+  nodeName: n1
+  pool: {name: n1, generation: 1, resourceSliceCount: 2}
+  devices: [{name: nic-0}]
+"#,
+    );
+    let classes = inputs.write("dup/classes.json", CLASSES);
+    let claim = inputs.write(
+        "dup/claim.yaml",
+        r#"
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: one-nic, namespace: default}
+spec: {devices: {requests: [{name: nic, exactly: {deviceClassName: nic}}]}}
+"#,
+    );
+    let files = [slices.as_path(), classes.as_path(), claim.as_path()];
+    let out = simulate(&["--node", "n1", "--kubernetes-version", "1.34"], &files);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pool n1 is invalid: duplicate device name nic-0"),
+        "{}",
+        stderr(&out)
+    );
+    for release in ["1.35", "1.36", "1.37"] {
+        let out = simulate(&["--node", "n1", "--kubernetes-version", release], &files);
+        assert_eq!(out.status.code(), Some(3), "{release}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("invalid resource pools were encountered")
+                && err.contains(
+                    "resource pool ainic.amd.com/n1 is invalid: duplicate device name nic-0"
+                ),
+            "{release}: {err}"
+        );
+    }
+}

@@ -1,23 +1,53 @@
-//! Upstream's own allocator test table judges `simulate`: every case of
-//! `allocatortesting.TestAllocator` and `TestLexicographicalAllocator`
-//! (k8s.io/dynamic-resource-allocation v0.37.2) is run with this crate's
-//! binary as the allocator, through `testbed/upstream-table/run` (`go test`
-//! of a verified copy of upstream's package with our glue file added). Every case
-//! must pass; the cases the table skips (features simulate has no gate
-//! for) and those the glue skips by name with a reason (`notForSimulate`
-//! in `testbed/upstream-table/simulate_test.go.in`: input JSON cannot
-//! carry, and the known differences of ours still to fix) are counted.
+//! Upstream's own allocator test tables judge `simulate`, release by
+//! release: every case of `allocatortesting.TestAllocator` (and, from 1.36,
+//! `TestLexicographicalAllocator`) of k8s.io/dynamic-resource-allocation
+//! v0.34.4, v0.35.4, v0.36.6 and v0.37.2 is run with this crate's binary as
+//! the allocator (`simulate --kubernetes-version 1.3x` with the case's own
+//! gates), through `testbed/upstream-table/run 1.3x` (`go test` of a
+//! verified copy of upstream's package with the release's glue file
+//! added). Every case must pass; the cases the table skips (features
+//! simulate has no gate for) and those the glue skips by name with a
+//! reason (`notForSimulate` in `testbed/upstream-table-1.3x/simulate_test.go.in`:
+//! input JSON cannot carry or the API server refuses) are counted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
+/// One table at a time: each runs a `simulate` per case, and two at once
+/// on a small machine only slow each other down.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 #[test]
-fn every_case_of_upstreams_table_passes_through_simulate() {
+fn every_case_of_upstreams_1_34_table_passes_through_simulate() {
+    run_table("1.34");
+}
+
+#[test]
+fn every_case_of_upstreams_1_35_table_passes_through_simulate() {
+    run_table("1.35");
+}
+
+#[test]
+fn every_case_of_upstreams_1_36_table_passes_through_simulate() {
+    run_table("1.36");
+}
+
+#[test]
+fn every_case_of_upstreams_1_37_table_passes_through_simulate() {
+    run_table("1.37");
+}
+
+fn run_table(release: &str) {
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = Command::new(root.join("testbed/upstream-table/run"))
+        .arg(release)
         .arg("-json")
         .env("AINIC_DRA_BIN", env!("CARGO_BIN_EXE_ainic-dra"))
         .output()
@@ -71,7 +101,7 @@ fn every_case_of_upstreams_table_passes_through_simulate() {
     let declined = skipped_for("not for simulate:");
     let known = skipped_for("known difference:");
     eprintln!(
-        "upstream's table: {} cases, {} passed, {} failed, {} skipped: {} for features simulate lacks, {} not for simulate {declined:?}, {} known differences {known:?}",
+        "upstream's {release} table: {} cases, {} passed, {} failed, {} skipped: {} for features simulate lacks, {} not for simulate {declined:?}, {} known differences {known:?}",
         leaves.len(),
         passed.len(),
         failed.len(),
@@ -86,7 +116,7 @@ fn every_case_of_upstreams_table_passes_through_simulate() {
         .collect();
     assert!(
         failed.is_empty(),
-        "{} case(s) of upstream's table fail through simulate: {failed:?}\n{}",
+        "{} case(s) of upstream's {release} table fail through simulate: {failed:?}\n{}",
         failed.len(),
         report.join("\n")
     );

@@ -8,6 +8,12 @@
 //! later request is compared only with each earlier request's last device;
 //! 1.37 keeps every value. Both are followed (`per_request`).
 //!
+//! 1.34 (whose experimental allocator is the only one reading
+//! `distinctAttribute`) compares the values' pointers, not the values: a
+//! value repeats only when it is the same device's, a share of a device
+//! taken twice, and two devices with equal values both pass
+//! ([`Distinct::PerRequestSameDevice`]). 1.35 compares the values.
+//!
 //! With `DRAListTypeAttributes` (1.36+) values compare as sets, a scalar
 //! being a set of one: `matchAttribute` wants the devices' sets to share
 //! at least one element, `distinctAttribute` wants them pairwise
@@ -31,6 +37,8 @@ pub(crate) struct ConstraintState {
     /// `distinctAttribute` as up to 1.36: one value per request, and a
     /// device count, as upstream's map and counter.
     per_request: Option<PerRequest>,
+    /// 1.34: a held value repeats only for the device that it came from.
+    same_device_only: bool,
     /// Set semantics (`DRAListTypeAttributes`).
     sets: Option<SetRules>,
 }
@@ -87,10 +95,23 @@ impl ValueSet {
     }
 }
 
-/// Upstream's `distinctAttribute` state up to 1.36.
+/// How a release's `distinctAttribute` keeps and compares values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Distinct {
+    /// Every device's value, compared by value (1.37).
+    EveryValue,
+    /// One value per request, compared by value (1.35 and 1.36).
+    PerRequest,
+    /// One value per request, repeated only by the device it came from:
+    /// upstream compares the values' pointers (1.34).
+    PerRequestSameDevice,
+}
+
+/// Upstream's `distinctAttribute` state up to 1.36: per request, the last
+/// device's identity (its candidate index) and value.
 #[derive(Debug, Clone, Default)]
 struct PerRequest {
-    values: std::collections::BTreeMap<String, AttributeValue>,
+    values: std::collections::BTreeMap<String, (usize, AttributeValue)>,
     devices: usize,
 }
 
@@ -111,15 +132,17 @@ pub(crate) enum Rejection {
 }
 
 impl ConstraintState {
-    /// `per_request`: the release keeps one `distinctAttribute` value per
-    /// request (up to 1.36). `sets`: values compare as sets
+    /// `distinct`: how the release keeps `distinctAttribute` values
+    /// ([`Distinct`]). `sets`: values compare as sets
     /// (`DRAListTypeAttributes`), `Some(restored)` as [`SetRules`].
-    pub fn new(spec: ConstraintSpec, per_request: bool, sets: Option<bool>) -> ConstraintState {
-        let per_request = (per_request && spec.distinct).then(PerRequest::default);
+    pub fn new(spec: ConstraintSpec, distinct: Distinct, sets: Option<bool>) -> ConstraintState {
+        let per_request =
+            (distinct != Distinct::EveryValue && spec.distinct).then(PerRequest::default);
         ConstraintState {
             spec,
             values: Vec::new(),
             per_request,
+            same_device_only: distinct == Distinct::PerRequestSameDevice,
             sets: sets.map(|restored| SetRules {
                 restored,
                 intersections: Vec::new(),
@@ -142,8 +165,9 @@ impl ConstraintState {
         })
     }
 
-    /// Checks a device without recording it.
-    pub fn check(&self, device: &DeviceInfo) -> Result<(), Rejection> {
+    /// Checks a device without recording it; `id` tells devices apart
+    /// (the candidate's index).
+    pub fn check(&self, id: usize, device: &DeviceInfo) -> Result<(), Rejection> {
         let Some(value) = device.attribute(&self.spec.attribute) else {
             return Err(Rejection::MissingAttribute);
         };
@@ -151,7 +175,15 @@ impl ConstraintState {
             if state.devices == 0 {
                 return Ok(());
             }
-            return self.distinct(value, state.values.values());
+            if self.same_device_only {
+                if state.values.values().any(|(held, _)| *held == id) {
+                    return Err(Rejection::Repeats {
+                        value: value.clone(),
+                    });
+                }
+                return Ok(());
+            }
+            return self.distinct(value, state.values.values().map(|(_, v)| v));
         }
         if self.spec.distinct {
             return self.distinct(value, self.values.iter().map(|(_, v)| v));
@@ -215,14 +247,14 @@ impl ConstraintState {
         }
     }
 
-    /// Records a device of `request` (the base request) that passed
+    /// Records device `id` of `request` (the base request) that passed
     /// [`check`](Self::check).
-    pub fn add(&mut self, request: &str, device: &DeviceInfo) {
+    pub fn add(&mut self, request: &str, id: usize, device: &DeviceInfo) {
         let Some(value) = device.attribute(&self.spec.attribute) else {
             return;
         };
         if let Some(state) = &mut self.per_request {
-            state.values.insert(request.to_owned(), value.clone());
+            state.values.insert(request.to_owned(), (id, value.clone()));
             state.devices += 1;
         }
         if let Some(sets) = &mut self.sets
@@ -310,26 +342,26 @@ mod tests {
 
     #[test]
     fn match_attribute_pins_the_first_value() {
-        let mut c = ConstraintState::new(spec(false, &[]), false, None);
-        assert!(c.check(&device(Some("pci0000:00"))).is_ok());
-        c.add("r", &device(Some("pci0000:00")));
-        assert!(c.check(&device(Some("pci0000:00"))).is_ok());
+        let mut c = ConstraintState::new(spec(false, &[]), Distinct::EveryValue, None);
+        assert!(c.check(1, &device(Some("pci0000:00"))).is_ok());
+        c.add("r", 2, &device(Some("pci0000:00")));
+        assert!(c.check(3, &device(Some("pci0000:00"))).is_ok());
         assert!(matches!(
-            c.check(&device(Some("pci0000:80"))),
+            c.check(4, &device(Some("pci0000:80"))),
             Err(Rejection::Differs { .. })
         ));
-        assert_eq!(c.check(&device(None)), Err(Rejection::MissingAttribute));
+        assert_eq!(c.check(5, &device(None)), Err(Rejection::MissingAttribute));
         c.remove_last();
-        assert!(c.check(&device(Some("pci0000:80"))).is_ok());
+        assert!(c.check(6, &device(Some("pci0000:80"))).is_ok());
     }
 
     #[test]
     fn distinct_attribute_rejects_repeats() {
-        let mut c = ConstraintState::new(spec(true, &[]), false, None);
-        c.add("r", &device(Some("a")));
-        assert!(c.check(&device(Some("b"))).is_ok());
+        let mut c = ConstraintState::new(spec(true, &[]), Distinct::EveryValue, None);
+        c.add("r", 1, &device(Some("a")));
+        assert!(c.check(2, &device(Some("b"))).is_ok());
         assert!(matches!(
-            c.check(&device(Some("a"))),
+            c.check(3, &device(Some("a"))),
             Err(Rejection::Repeats { .. })
         ));
     }
@@ -338,17 +370,35 @@ mod tests {
     /// request may repeat the value of an earlier request's first device.
     #[test]
     fn up_to_1_36_distinct_keeps_each_requests_last_value() {
-        let mut c = ConstraintState::new(spec(true, &[]), true, None);
-        c.add("r1", &device(Some("a")));
-        assert!(c.check(&device(Some("b"))).is_ok());
-        c.add("r1", &device(Some("b")));
+        let mut c = ConstraintState::new(spec(true, &[]), Distinct::PerRequest, None);
+        c.add("r1", 1, &device(Some("a")));
+        assert!(c.check(2, &device(Some("b"))).is_ok());
+        c.add("r1", 3, &device(Some("b")));
         assert!(
-            c.check(&device(Some("a"))).is_ok(),
+            c.check(4, &device(Some("a"))).is_ok(),
             "r1's 'a' was overwritten"
         );
-        assert!(c.check(&device(Some("b"))).is_err());
+        assert!(c.check(5, &device(Some("b"))).is_err());
         c.remove_last();
-        assert!(c.check(&device(Some("b"))).is_ok(), "r1's entry is gone");
+        assert!(c.check(6, &device(Some("b"))).is_ok(), "r1's entry is gone");
+    }
+
+    /// 1.34 (issue 36, found by the oracle): upstream compares the values'
+    /// pointers, so only the device a held value came from repeats it.
+    #[test]
+    fn in_1_34_distinct_repeats_only_the_same_device() {
+        let mut c = ConstraintState::new(spec(true, &[]), Distinct::PerRequestSameDevice, None);
+        c.add("r1", 1, &device(Some("a")));
+        assert!(c.check(2, &device(Some("a"))).is_ok(), "an equal value");
+        assert!(matches!(
+            c.check(1, &device(Some("a"))),
+            Err(Rejection::Repeats { .. })
+        ));
+        c.add("r1", 2, &device(Some("a")));
+        assert!(c.check(1, &device(Some("a"))).is_ok(), "r1 holds device 2");
+        assert!(c.check(2, &device(Some("a"))).is_err());
+        c.remove_last();
+        assert!(c.check(2, &device(Some("a"))).is_ok(), "r1's entry is gone");
     }
 
     /// A device whose pcieRoot attribute is `value`.
@@ -369,57 +419,57 @@ mod tests {
 
     #[test]
     fn with_lists_match_attribute_narrows_a_common_element() {
-        let mut c = ConstraintState::new(spec(false, &[]), false, Some(true));
-        c.add("r", &strings(&["a", "b", "c"]));
-        c.add("r", &strings(&["b", "c"]));
+        let mut c = ConstraintState::new(spec(false, &[]), Distinct::EveryValue, Some(true));
+        c.add("r", 1, &strings(&["a", "b", "c"]));
+        c.add("r", 2, &strings(&["b", "c"]));
         // A scalar is a set of one; the intersection is now {b, c}.
-        assert!(c.check(&device(Some("c"))).is_ok());
+        assert!(c.check(3, &device(Some("c"))).is_ok());
         assert!(matches!(
-            c.check(&strings(&["a"])),
+            c.check(4, &strings(&["a"])),
             Err(Rejection::Differs { .. })
         ));
         assert!(matches!(
-            c.check(&with(AttributeValue::Ints(vec![1]))),
+            c.check(5, &with(AttributeValue::Ints(vec![1]))),
             Err(Rejection::Differs { .. })
         ));
         assert!(matches!(
-            c.check(&with(AttributeValue::Unset)),
+            c.check(6, &with(AttributeValue::Unset)),
             Err(Rejection::Incomparable { .. })
         ));
         // 1.37: removing the second device widens the intersection again.
         c.remove_last();
-        assert!(c.check(&strings(&["a"])).is_ok());
+        assert!(c.check(7, &strings(&["a"])).is_ok());
     }
 
     /// 1.36 narrows one intersection in place; removing a device keeps it.
     #[test]
     fn in_1_36_match_attribute_keeps_the_narrowed_intersection() {
-        let mut c = ConstraintState::new(spec(false, &[]), false, Some(false));
-        c.add("r", &strings(&["a", "b"]));
-        c.add("r", &strings(&["b"]));
+        let mut c = ConstraintState::new(spec(false, &[]), Distinct::EveryValue, Some(false));
+        c.add("r", 1, &strings(&["a", "b"]));
+        c.add("r", 2, &strings(&["b"]));
         c.remove_last();
-        assert!(c.check(&strings(&["a"])).is_err());
+        assert!(c.check(3, &strings(&["a"])).is_err());
         // Until the set is empty: the next first device starts anew.
         c.remove_last();
-        c.add("r", &strings(&["a"]));
-        assert!(c.check(&strings(&["a", "z"])).is_ok());
+        c.add("r", 4, &strings(&["a"]));
+        assert!(c.check(5, &strings(&["a", "z"])).is_ok());
     }
 
     #[test]
     fn with_lists_distinct_attribute_wants_disjoint_sets() {
-        let mut c = ConstraintState::new(spec(true, &[]), false, Some(true));
+        let mut c = ConstraintState::new(spec(true, &[]), Distinct::EveryValue, Some(true));
         assert!(matches!(
-            c.check(&strings(&[])),
+            c.check(1, &strings(&[])),
             Err(Rejection::Incomparable { .. })
         ));
-        c.add("r", &strings(&["a", "b"]));
-        assert!(c.check(&strings(&["c", "d"])).is_ok());
+        c.add("r", 2, &strings(&["a", "b"]));
+        assert!(c.check(3, &strings(&["c", "d"])).is_ok());
         assert!(matches!(
-            c.check(&device(Some("b"))),
+            c.check(4, &device(Some("b"))),
             Err(Rejection::Repeats { .. })
         ));
         // Sets of another type never meet.
-        assert!(c.check(&with(AttributeValue::Ints(vec![1]))).is_ok());
+        assert!(c.check(5, &with(AttributeValue::Ints(vec![1]))).is_ok());
     }
 
     /// Without the gate only scalars compare: a list is taken as the first
@@ -427,11 +477,11 @@ mod tests {
     #[test]
     fn without_lists_a_list_value_is_refused_after_the_first_device() {
         for distinct in [false, true] {
-            let mut c = ConstraintState::new(spec(distinct, &[]), false, None);
-            assert!(c.check(&strings(&["a"])).is_ok(), "distinct {distinct}");
-            c.add("r", &strings(&["a"]));
+            let mut c = ConstraintState::new(spec(distinct, &[]), Distinct::EveryValue, None);
+            assert!(c.check(1, &strings(&["a"])).is_ok(), "distinct {distinct}");
+            c.add("r", 2, &strings(&["a"]));
             assert!(matches!(
-                c.check(&strings(&["a"])),
+                c.check(3, &strings(&["a"])),
                 Err(Rejection::Incomparable { .. })
             ));
         }
@@ -439,7 +489,7 @@ mod tests {
 
     #[test]
     fn request_scoping_includes_subrequests() {
-        let c = ConstraintState::new(spec(false, &["gpu", "nic/big"]), false, None);
+        let c = ConstraintState::new(spec(false, &["gpu", "nic/big"]), Distinct::EveryValue, None);
         assert!(c.applies_to("gpu", None));
         assert!(c.applies_to("gpu", Some("any")));
         assert!(c.applies_to("nic", Some("big")));

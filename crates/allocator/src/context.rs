@@ -24,11 +24,23 @@ pub(crate) struct AllocatedState {
     pub exclusive: HashSet<DeviceKey>,
     /// Capacity consumed on shared devices, summed over their shares.
     pub shared: HashMap<DeviceKey, Consumption>,
+    /// `DRAConsumableCapacity`: without it the scheduler counts a result
+    /// with a share ID as a device allocated exclusively.
+    pub shares_known: bool,
 }
 
 impl AllocatedState {
-    pub(crate) fn from_claims(claims: &[ResourceClaim]) -> Result<AllocatedState, InputError> {
-        let mut state = AllocatedState::default();
+    /// The devices `claims` hold; `shares_known`: `DRAConsumableCapacity`
+    /// (without it the scheduler's allocated-device tracking treats a share
+    /// as the whole device).
+    pub(crate) fn from_claims(
+        claims: &[ResourceClaim],
+        shares_known: bool,
+    ) -> Result<AllocatedState, InputError> {
+        let mut state = AllocatedState {
+            shares_known,
+            ..AllocatedState::default()
+        };
         for claim in claims {
             let results = claim
                 .status
@@ -58,7 +70,7 @@ impl AllocatedState {
             result.pool.clone(),
             result.device.clone(),
         );
-        if result.share_id.is_none() {
+        if result.share_id.is_none() || !self.shares_known {
             self.exclusive.insert(key);
             return Ok(());
         }

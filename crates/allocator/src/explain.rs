@@ -6,7 +6,7 @@
 
 use crate::constraint::show;
 use crate::context::NodeContext;
-use crate::error::AllocationFailure;
+use crate::error::{AllocationFailure, PoolIssue, PoolProblem};
 use crate::request::{ClaimPlan, Mode, RequestSpec};
 use crate::search::{STEP_LIMIT, Search, Stop};
 use crate::taints::all_tolerated;
@@ -17,18 +17,43 @@ pub(crate) fn explain(
     plans: &[ClaimPlan],
     stop: Option<Stop>,
 ) -> AllocationFailure {
+    let pools = pool_issues(ctx);
     match stop {
-        Some(Stop::Fatal(message) | Stop::NodeFailure(message)) => {
-            return failure(None, None, message);
+        Some(Stop::Fatal(message)) => {
+            return failure(None, None, message, pools);
+        }
+        Some(Stop::InvalidPool(p)) => {
+            let pool = &ctx.pools[p];
+            let reason = pool.invalid.as_deref().unwrap_or_default();
+            return failure(
+                None,
+                None,
+                format!("pool {} is invalid: {reason}", pool.key.1),
+                pools,
+            );
+        }
+        Some(Stop::InvalidPools) => {
+            // Upstream's words, then which pools.
+            let invalid: Vec<String> = pools
+                .iter()
+                .filter(|p| matches!(p.problem, PoolProblem::Invalid(_)))
+                .map(ToString::to_string)
+                .collect();
+            let message = format!(
+                "invalid resource pools were encountered: {}",
+                invalid.join("; ")
+            );
+            return failure(None, None, message, pools);
         }
         Some(Stop::ResultLimit) => {
-            return failure(None, None, "allocation max size exceeded".into());
+            return failure(None, None, "allocation max size exceeded".into(), pools);
         }
         Some(Stop::Budget) => {
             return failure(
                 None,
                 None,
                 format!("no allocation found within {STEP_LIMIT} search steps"),
+                pools,
             );
         }
         None => {}
@@ -49,18 +74,40 @@ pub(crate) fn explain(
         None,
         None,
         "the claims cannot be allocated together on this node".into(),
+        pools,
     )
+}
+
+/// The node's pools that are incomplete or invalid, in search order.
+fn pool_issues(ctx: &NodeContext<'_>) -> Vec<PoolIssue> {
+    ctx.pools
+        .iter()
+        .filter_map(|p| {
+            let problem = match (&p.invalid, p.incomplete) {
+                (Some(reason), _) => PoolProblem::Invalid(reason.clone()),
+                (None, true) => PoolProblem::Incomplete,
+                (None, false) => return None,
+            };
+            Some(PoolIssue {
+                driver: p.key.0.clone(),
+                pool: p.key.1.clone(),
+                problem,
+            })
+        })
+        .collect()
 }
 
 fn failure(
     claim: Option<String>,
     request: Option<String>,
     explanation: String,
+    pools: Vec<PoolIssue>,
 ) -> AllocationFailure {
     AllocationFailure {
         claim,
         request,
         explanation,
+        pools,
     }
 }
 
@@ -84,17 +131,25 @@ fn describe(ctx: &NodeContext<'_>, prefix: &[ClaimPlan], k: usize, r: usize) -> 
             ctx.node.name
         ));
     }
-    if let Some(incomplete) = ctx.pools.iter().find(|p| p.incomplete) {
-        explanation.push_str(&format!(
-            "; resource pool {}/{} is being updated (incomplete)",
-            incomplete.key.0, incomplete.key.1
-        ));
+    // 1.34 searches what it has of an incomplete pool and aborts at an
+    // invalid one; later releases pass over both (silently when something
+    // else fits).
+    let passed_over = ctx.features.rules().skip_unusable_pools;
+    let pools = pool_issues(ctx);
+    for issue in &pools {
+        let what = match (&issue.problem, passed_over) {
+            (PoolProblem::Incomplete, true) => "passed over",
+            (PoolProblem::Incomplete, false) => "only its slices that are there were searched",
+            (PoolProblem::Invalid(_), true) => "passed over",
+            (PoolProblem::Invalid(_), false) => "not reached",
+        };
+        explanation.push_str(&format!("; {issue} ({what})"));
     }
     let request = plan
         .alternatives()
         .first()
         .map(|s| s.base_name().to_owned());
-    failure(Some(prefix[k].label.clone()), request, explanation)
+    failure(Some(prefix[k].label.clone()), request, explanation, pools)
 }
 
 fn describe_spec(
@@ -146,7 +201,7 @@ fn describe_spec(
             }
             let passing = usable
                 .iter()
-                .filter(|&&i| constraint.check(ctx.candidates[i].device()).is_ok())
+                .filter(|&&i| constraint.check(i, ctx.candidates[i].device()).is_ok())
                 .count();
             let kind = if constraint.spec.distinct {
                 "distinctAttribute"

@@ -14,8 +14,8 @@ pub struct Features {
     pub admin_access: bool,
     /// `DRAPrioritizedList` (beta, on by default in 1.34): `firstAvailable`.
     pub prioritized_list: bool,
-    /// `DRAResourceClaimDeviceStatus` (beta, on by default in 1.34): from
-    /// 1.35 binding conditions need it too.
+    /// `DRAResourceClaimDeviceStatus` (beta, on by default in 1.34): binding
+    /// conditions need it too.
     pub device_status: bool,
     /// `DRAPartitionableDevices` (alpha, off): shared counters.
     pub partitionable_devices: bool,
@@ -73,12 +73,12 @@ impl Features {
         true
     }
 
-    /// Whether devices with binding conditions are handled as such: the
-    /// gate, and from 1.35 device status too (upstream's
-    /// `DeviceBindingAndStatus`).
+    /// Whether devices with binding conditions can be allocated: both the
+    /// gate and device status, in every release (1.34's allocators check
+    /// `DeviceBinding && DeviceStatus`, later ones the one feature
+    /// `DeviceBindingAndStatus`); otherwise such devices are passed over.
     pub fn binding_conditions(&self) -> bool {
-        self.device_binding_conditions
-            && (self.device_status || !self.release.binding_needs_device_status())
+        self.device_binding_conditions && self.device_status
     }
 }
 

@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
 
-pub use crate::error::{AllocateError, AllocationFailure, InputError};
+pub use crate::error::{AllocateError, AllocationFailure, InputError, PoolIssue, PoolProblem};
 pub use crate::features::Features;
 pub use crate::model::{AttributeValue, DeviceInfo};
 pub use crate::node::NodeFacts;
@@ -94,9 +94,9 @@ impl Allocator {
             .filter(|s| !(groups_ignored && uses_compatibility_groups(s)))
             .map(|s| SliceInfo::parse(s, features.release.has_list_type_attributes()))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut cache = SelectorCache::new(
-            features.list_type_attributes && features.release.has_list_type_attributes(),
-        );
+        // includes() whatever DRAListTypeAttributes says: upstream's
+        // allocator compiles for stored expressions, which ignore gates.
+        let mut cache = SelectorCache::new(features.release.has_list_type_attributes());
         let mut class_map = ClassMap::new();
         for class in classes {
             let name = class.metadata.name.clone().unwrap_or_default();
@@ -112,7 +112,7 @@ impl Allocator {
             features,
             index: PoolIndex::new(parsed),
             classes: class_map,
-            state: AllocatedState::from_claims(allocated_claims)?,
+            state: AllocatedState::from_claims(allocated_claims, features.consumable_capacity)?,
             selectors: Mutex::new(cache),
         })
     }
@@ -145,6 +145,15 @@ impl Allocator {
             Ok(true) => {}
             Ok(false) => return Err(explain::explain(&ctx, &plans, None).into()),
             Err(Stop::Fatal(reason)) => return Err(InputError::Aborted { reason }.into()),
+            Err(Stop::InvalidPool(p)) => {
+                let pool = &ctx.pools[p];
+                return Err(InputError::InvalidPool {
+                    driver: pool.key.0.clone(),
+                    pool: pool.key.1.clone(),
+                    reason: pool.invalid.clone().unwrap_or_default(),
+                }
+                .into());
+            }
             Err(stop) => return Err(explain::explain(&ctx, &plans, Some(stop)).into()),
         }
         let results = plans

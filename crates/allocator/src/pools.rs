@@ -120,8 +120,14 @@ impl PoolIndex {
         node: &NodeFacts,
         features: &Features,
     ) -> Result<bool, InputError> {
+        // Without partitionable devices a slice with per-device node
+        // selection is passed over, and so (except where the rules keep it,
+        // refusing only the devices that draw counters) is one with
+        // counter sets.
         if !features.partitionable_devices
-            && (slice.per_device || !slice.shared_counters.is_empty())
+            && (slice.per_device
+                || (!slice.shared_counters.is_empty()
+                    && !features.rules().counter_slices_kept_without_gate))
         {
             return Ok(false);
         }

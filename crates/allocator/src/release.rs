@@ -70,9 +70,11 @@ impl Release {
         self >= Release::V1_35
     }
 
-    /// From 1.35, binding conditions are honoured only when device status
-    /// (`DRAResourceClaimDeviceStatus`) is on too.
-    pub fn binding_needs_device_status(self) -> bool {
+    /// From 1.35 the binding-conditions and device-status gates make one
+    /// allocator feature (`DeviceBindingAndStatus`, on when both are);
+    /// 1.34 has two (`DeviceBinding`, `DeviceStatus`), and either one
+    /// alone picks the experimental allocator.
+    pub fn binding_and_status_one_feature(self) -> bool {
         self >= Release::V1_35
     }
 
@@ -151,10 +153,30 @@ pub struct Rules {
     /// whatever their node selection: 1.35 incubating and experimental,
     /// 1.36, 1.37 stable.
     pub counter_slices_everywhere: bool,
+    /// With `DRAPartitionableDevices` off, a slice with counter sets is
+    /// kept (only the devices that consume counters are refused): 1.34,
+    /// and 1.35 stable. Later a gate that is off passes over such slices,
+    /// which leaves their pool incomplete.
+    pub counter_slices_kept_without_gate: bool,
+    /// The implementation knows consumable capacity (1.34 and 1.35:
+    /// experimental; from 1.36 incubating too), whether its gate is on or
+    /// not: with the gate off it refuses capacity requests, and it reads
+    /// `distinctAttribute` and passes CEL the device's
+    /// `allowMultipleAllocations`. The others ignore capacity requests,
+    /// refuse `distinctAttribute` as an empty constraint, and CEL sees
+    /// `allowMultipleAllocations` false.
+    pub consumable_capacity_known: bool,
+    /// With `DRAListTypeAttributes` off, evaluating a CEL selector on a
+    /// device with a list-valued attribute aborts ("unsupported attribute
+    /// value": the CEL environment converts lists only with the gate):
+    /// 1.36. 1.37 converts lists whatever the gate.
+    pub list_values_fail_cel_without_gate: bool,
     /// Rounded capacity requests are written in the step's format; before
     /// 1.37 in binary SI.
     pub rounding_keeps_step_format: bool,
-    /// Results repeat the request's tolerations: 1.35+.
+    /// Results repeat the request's tolerations: 1.35 incubating and
+    /// experimental (its stable allocator does not), every allocator from
+    /// 1.36.
     pub results_carry_tolerations: bool,
     /// After the first device of an `All` subrequest, upstream goes on
     /// with the request's first subrequest (it loses the subrequest
@@ -181,6 +203,10 @@ pub struct Rules {
     /// `distinctAttribute` keeps one value per request (see `constraint`):
     /// up to 1.36.
     pub distinct_per_request: bool,
+    /// `distinctAttribute` compares the values' pointers: a held value is
+    /// repeated only by the device it came from (a share taken again), and
+    /// two devices with equal values both pass: 1.34. Followed.
+    pub distinct_by_device: bool,
     /// With `DRAListTypeAttributes`, removing a device restores
     /// `matchAttribute`'s intersection of the devices before: 1.37 (1.36
     /// keeps the narrowed one). Followed.
@@ -203,18 +229,20 @@ impl Features {
     pub fn implementation(&self) -> Implementation {
         let r = self.release;
         // The allocator features beyond the base set, as the scheduler maps
-        // gates to them (binding conditions count from 1.35 only with
+        // gates to them (from 1.35 binding conditions count only with
         // device status: upstream's DeviceBindingAndStatus).
         let basic = self.admin_access
             || self.prioritized_list
             || self.partitionable_devices
             || self.device_taints;
-        let binding = if r.binding_needs_device_status() {
+        let binding = if r.binding_and_status_one_feature() {
             self.device_binding_conditions && self.device_status
         } else {
             self.device_binding_conditions || self.device_status
         };
-        let newer = binding || self.consumable_capacity;
+        // From 1.37 fractional ranges are a feature of their own, which
+        // only incubating and experimental support.
+        let newer = binding || self.consumable_capacity || self.fractional_ranges();
         let newest = self.list_type_attributes;
         match r {
             Release::V1_34 | Release::V1_35 => {
@@ -258,8 +286,14 @@ impl Features {
                 Release::V1_36 => true,
                 Release::V1_37 => implementation == Implementation::Stable,
             },
+            counter_slices_kept_without_gate: release == Release::V1_34
+                || (release == Release::V1_35 && implementation == Implementation::Stable),
+            consumable_capacity_known: implementation == Implementation::Experimental
+                || (release >= Release::V1_36 && implementation == Implementation::Incubating),
+            list_values_fail_cel_without_gate: release == Release::V1_36,
             rounding_keeps_step_format: release >= Release::V1_37,
-            results_carry_tolerations: release >= Release::V1_35,
+            results_carry_tolerations: release >= Release::V1_36
+                || (release == Release::V1_35 && implementation != Implementation::Stable),
             all_subrequest_continues_as_first: release <= Release::V1_35,
             capacity_recheck_by_position: release == Release::V1_34,
             binding_slices_last: release <= Release::V1_35
@@ -267,6 +301,7 @@ impl Features {
             completeness_from_node_slices: release == Release::V1_34,
             subrequest_checks_off_by_one: release <= Release::V1_35,
             distinct_per_request: release <= Release::V1_36,
+            distinct_by_device: release == Release::V1_34,
             match_sets_restored: release >= Release::V1_37,
             counters_leak_on_rejection: release <= Release::V1_35,
             share_counters_leak_on_backtrack: release <= Release::V1_35

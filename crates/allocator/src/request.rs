@@ -97,12 +97,12 @@ pub(crate) struct ClaimPlan {
 #[derive(Debug, Default)]
 pub(crate) struct SelectorCache {
     compiled: HashMap<String, Arc<Selector>>,
-    /// Compiled with `DRAListTypeAttributes` (`includes()`).
+    /// Compiled where `includes()` is declared (1.36+).
     lists: bool,
 }
 
 impl SelectorCache {
-    /// A cache for one setting of `DRAListTypeAttributes`.
+    /// A cache for a release with (`lists`) or without `includes()`.
     pub fn new(lists: bool) -> SelectorCache {
         SelectorCache {
             compiled: HashMap::new(),
@@ -216,10 +216,13 @@ pub(crate) fn plan_claim(
         .flatten()
         .enumerate()
         .map(|(i, c)| {
+            // distinctAttribute is unknown (an empty constraint) to an
+            // implementation that does not know consumable capacity.
+            let distinct_known = features.rules().consumable_capacity_known;
             let (attribute, distinct) = match (&c.match_attribute, &c.distinct_attribute) {
                 (Some(a), None) => (a.clone(), false),
-                (None, Some(a)) => (a.clone(), true),
-                (None, None) => {
+                (None, Some(a)) if distinct_known => (a.clone(), true),
+                (None, None) | (None, Some(_)) => {
                     return Err(InputError::ClaimPart {
                         claim: label.clone(),
                         part: format!("constraint #{i}"),
@@ -365,7 +368,10 @@ impl Builder<'_> {
                 "admin access is requested, but the feature is disabled".into(),
             ));
         }
-        if f.capacity.is_some() && !self.features.consumable_capacity {
+        // Only an implementation that knows consumable capacity looks at
+        // capacity requests (and refuses them with the gate off).
+        let known = self.features.rules().consumable_capacity_known;
+        if f.capacity.is_some() && known && !self.features.consumable_capacity {
             // Upstream names a subrequest by its own name here.
             let part = match f.parent {
                 Some(_) => format!("subrequest {}", f.name),

@@ -4,7 +4,7 @@
 
 mod common;
 
-use allocator::{Features, NodeFacts, Release};
+use allocator::{AllocateError, Features, InputError, NodeFacts, PoolIssue, PoolProblem, Release};
 use common::*;
 use serde_json::json;
 
@@ -222,4 +222,96 @@ fn per_device_node_selection_needs_partitionable_devices() {
     .unwrap();
     assert_eq!(names(&out[0]), ["near", "everywhere"]);
     failure(allocate(&slices, &classes, &[], "n1", &[one("d")]));
+}
+
+/// Issue 36: the error class and words for a pool that cannot be used, per
+/// release. An invalid pool (a device name twice) is a hard error in 1.34
+/// when the search meets it, in upstream's words `pool <name> is invalid:
+/// <reason>`; from 1.35 the search passes over it and, when nothing else
+/// fits, the node fails with `invalid resource pools were encountered`.
+/// An incomplete pool serves its slices in 1.34 and is passed over in
+/// silence from 1.35. Both come back typed, for `simulate` and `why`.
+#[test]
+fn invalid_and_incomplete_pools_have_each_releases_error_class_and_words() {
+    let dup = |name: &str| {
+        let mut s = slice(
+            name,
+            "n1",
+            "d.example.com",
+            json!([device("same", json!({}))]),
+        );
+        s.spec.pool.resource_slice_count = 2;
+        s
+    };
+    let classes = [class("d", "d.example.com")];
+    let node = NodeFacts::named("n1");
+    let run = |release, slices: &[_]| {
+        allocate_with(
+            Features::for_release(release),
+            slices,
+            &classes,
+            &[],
+            &node,
+            &[one("d")],
+        )
+    };
+    let invalid = PoolIssue {
+        driver: "d.example.com".into(),
+        pool: "n1".into(),
+        problem: PoolProblem::Invalid("duplicate device name same".into()),
+    };
+    match run(Release::V1_34, &[dup("a"), dup("b")]) {
+        Err(AllocateError::Input(e @ InputError::InvalidPool { .. })) => {
+            assert_eq!(
+                e.to_string(),
+                "pool n1 is invalid: duplicate device name same"
+            );
+        }
+        other => panic!("1.34: expected the invalid pool as a hard error, got {other:?}"),
+    }
+    for release in [Release::V1_35, Release::V1_36, Release::V1_37] {
+        match run(release, &[dup("a"), dup("b")]) {
+            Err(AllocateError::Unsatisfiable(f)) => {
+                assert!(
+                    f.explanation
+                        .starts_with("invalid resource pools were encountered"),
+                    "{release}: {}",
+                    f.explanation
+                );
+                assert!(
+                    f.explanation.contains(
+                        "resource pool d.example.com/n1 is invalid: duplicate device name same"
+                    ),
+                    "{release}: {}",
+                    f.explanation
+                );
+                assert_eq!(f.pools, std::slice::from_ref(&invalid), "{release}");
+            }
+            other => panic!("{release}: expected a failure on this node, got {other:?}"),
+        }
+    }
+    // Incomplete: one slice of two.
+    let part = [dup("a")];
+    assert_eq!(names(&run(Release::V1_34, &part).unwrap()[0]), ["same"]);
+    for release in [Release::V1_35, Release::V1_36, Release::V1_37] {
+        let f = match run(release, &part) {
+            Err(AllocateError::Unsatisfiable(f)) => f,
+            other => panic!("{release}: expected no allocation, got {other:?}"),
+        };
+        assert_eq!(
+            f.pools,
+            [PoolIssue {
+                driver: "d.example.com".into(),
+                pool: "n1".into(),
+                problem: PoolProblem::Incomplete,
+            }],
+            "{release}"
+        );
+        assert!(
+            f.explanation
+                .contains("resource pool d.example.com/n1 is currently being updated"),
+            "{release}: {}",
+            f.explanation
+        );
+    }
 }

@@ -1,14 +1,19 @@
 //! Random allocation questions that upstream's API validation would
-//! accept, covering every feature the allocator has: ExactCount and All,
-//! firstAvailable, selectors over every attribute type and capacity,
-//! matchAttribute and distinctAttribute, held claims (dedicated and
-//! shared), every node-selection kind, incomplete pools, admin access,
-//! consumable capacity with request policies, partitionable counters,
-//! taints and tolerations, binding conditions, the per-claim result limit.
-//! Gates: the release's defaults, and in one case of five one gate flipped;
-//! from 1.36 also, in three cases of ten, list-typed attributes on (with
-//! list and scalar values under one name, constraints and `includes()`
-//! over them).
+//! accept (or that a gate turned off after the objects were written
+//! leaves behind), covering every feature the allocator has: ExactCount
+//! and All, firstAvailable, selectors over every attribute type and
+//! capacity, matchAttribute and distinctAttribute, held claims (dedicated
+//! and shared), every node-selection kind, incomplete and invalid pools,
+//! admin access, consumable capacity with request policies, partitionable
+//! counters, taints and tolerations, binding conditions, list-typed
+//! attributes (from 1.36), the per-claim result limit.
+//!
+//! Gates: every gate the allocator's `Features` reads that the release
+//! has ([`gates_of`]) is drawn on or off independently, one coin each,
+//! and the inputs those gates act on are drawn independently of them
+//! ([`Uses`]), so that a gate that is off meets the objects it would
+//! change (a slice with counters, a device with binding conditions, a
+//! claim with a capacity request, a list value, ...).
 //!
 //! A case is a [`Case`]: the objects `simulate` reads, the node and the
 //! gates. Deterministic for a seed (splitmix64).
@@ -66,62 +71,79 @@ pub struct Case {
 /// The node every case allocates on.
 pub const NODE: &str = "node-a";
 const DRIVERS: [&str; 2] = ["a.example.com", "b.example.com"];
-const GATES: [&str; 7] = [
-    "DRAFractionalCapacityRange",
-    "DRAConsumableCapacity",
-    "DRAPartitionableDevices",
-    "DRADeviceTaints",
-    "DRADeviceBindingConditions",
-    "DRAPrioritizedList",
-    "DRAAdminAccess",
-];
 
-/// The gates of a case, all of them (release defaults plus overrides).
+/// The gates the allocator reads that `release` has (by upstream name):
+/// all of `Features::GATE_NAMES`, less `DRAListTypeAttributes` before 1.36
+/// and `DRAFractionalCapacityRange` before 1.37.
+pub fn gates_of(release: Release) -> Vec<&'static str> {
+    allocator::Features::GATE_NAMES
+        .into_iter()
+        .filter(|gate| match *gate {
+            "DRAListTypeAttributes" => release.has_list_type_attributes(),
+            "DRAFractionalCapacityRange" => release >= Release::V1_37,
+            _ => true,
+        })
+        .collect()
+}
+
+/// What a case's objects use, drawn independently of its gates, and what
+/// its release decides about their form.
 #[derive(Debug, Clone, Copy)]
-struct On {
+struct Uses {
+    /// Shared devices, capacity requests and `distinctAttribute`.
     consumable: bool,
-    partitionable: bool,
+    /// Counter sets and devices that draw on them.
+    counters: bool,
+    /// Slices with per-device node selection.
+    per_device: bool,
+    /// Device taints and request tolerations.
     taints: bool,
+    /// Devices with binding conditions.
     binding: bool,
+    /// `firstAvailable` requests.
     prioritized: bool,
+    /// Requests with admin access.
     admin: bool,
-    none_effect: bool,
-    counters_apart: bool,
+    /// List-typed attribute values (and selectors and constraints over
+    /// them); only releases that have them (1.36+).
     lists: bool,
+    /// Pools whose slices contradict each other.
+    invalid_pools: bool,
+    /// The release knows taint effect `None` (1.35+).
+    none_effect: bool,
+    /// Counter sets live in slices of their own (1.35+).
+    counters_apart: bool,
     /// The release knows compatibility groups (1.37; their gate is off).
     groups: bool,
+}
+
+impl Uses {
+    fn draw(rng: &mut Rng, release: Release) -> Uses {
+        Uses {
+            consumable: rng.chance(50),
+            counters: rng.chance(50),
+            per_device: rng.chance(30),
+            taints: rng.chance(50),
+            binding: rng.chance(40),
+            prioritized: rng.chance(50),
+            admin: rng.chance(40),
+            lists: release.has_list_type_attributes() && rng.chance(40),
+            invalid_pools: rng.chance(15),
+            none_effect: release.taint_effect_none(),
+            counters_apart: release.counters_in_own_slices(),
+            groups: release >= Release::V1_37,
+        }
+    }
 }
 
 /// Generates case number `seed` for `release`.
 pub fn case(release: Release, seed: u64) -> Case {
     let mut rng = Rng::new(seed ^ (release as u64).wrapping_mul(0x1000_0000_0001));
-    let mut features = allocator::Features::for_release(release);
-    let mut gates = Vec::new();
-    if rng.chance(20) {
-        let gate = *rng.pick(&GATES);
-        // Flip: turn on what is off, or off what is on.
-        let mut probe = features;
-        probe.set(gate, true);
-        let value = probe != features;
-        features.set(gate, value);
-        gates.push((gate.to_string(), value));
-    }
-    if release.has_list_type_attributes() && !features.list_type_attributes && rng.chance(30) {
-        features.set("DRAListTypeAttributes", true);
-        gates.push(("DRAListTypeAttributes".to_string(), true));
-    }
-    let on = On {
-        consumable: features.consumable_capacity,
-        partitionable: features.partitionable_devices,
-        taints: features.device_taints,
-        binding: features.binding_conditions(),
-        prioritized: features.prioritized_list,
-        admin: features.admin_access,
-        none_effect: release.taint_effect_none(),
-        counters_apart: release.counters_in_own_slices(),
-        lists: features.list_type_attributes,
-        groups: release >= Release::V1_37,
-    };
+    let gates = gates_of(release)
+        .into_iter()
+        .map(|gate| (gate.to_string(), rng.chance(50)))
+        .collect();
+    let on = Uses::draw(&mut rng, release);
     let mut objects = vec![node(&mut rng)];
     objects.extend(classes(&mut rng));
     let drivers = 1 + rng.below(2);
@@ -182,16 +204,21 @@ fn class(name: &str, expression: &str, config_driver: Option<String>) -> Value {
 /// A device a held claim may take: (driver, pool, device, multi-allocatable).
 type Known = (String, String, String, bool);
 
-fn pools(rng: &mut Rng, on: On, driver: &str, known: &mut Vec<Known>) -> Vec<Value> {
+fn pools(rng: &mut Rng, on: Uses, driver: &str, known: &mut Vec<Known>) -> Vec<Value> {
     let mut out = Vec::new();
     let count = if rng.chance(30) { 2 } else { 1 };
     for p in 0..count {
         let pool = format!("{}-p{p}", &driver[..1]);
         let slices = 1 + rng.below(2);
-        let counters = on.partitionable && rng.chance(40);
+        let counters = on.counters && rng.chance(60);
         let apart = counters && on.counters_apart;
         let incomplete = rng.chance(5);
         let total = slices + usize::from(apart) + usize::from(incomplete);
+        // Invalid pools: a device name in two slices (the API server checks
+        // names per slice only), or, with counters apart (1.35+), devices
+        // that draw on a counter set the pool does not have.
+        let duplicate = on.invalid_pools && slices == 2 && rng.chance(40);
+        let dangling = apart && on.invalid_pools && rng.chance(30);
         let selection = selection(rng, on);
         for s in 0..slices {
             let mut spec = json!({"driver": driver,
@@ -203,7 +230,11 @@ fn pools(rng: &mut Rng, on: On, driver: &str, known: &mut Vec<Known>) -> Vec<Val
             let n = 1 + rng.below(5);
             let devices: Vec<Value> = (0..n)
                 .map(|d| {
-                    let name = format!("s{s}-d{d}");
+                    let name = if duplicate && s == 1 && d == 0 {
+                        "s0-d0".to_string()
+                    } else {
+                        format!("s{s}-d{d}")
+                    };
                     let dev = device(rng, on, &name, counters, per_device);
                     let multi = dev.get("allowMultipleAllocations").is_some();
                     known.push((driver.to_string(), pool.clone(), name, multi));
@@ -221,6 +252,9 @@ fn pools(rng: &mut Rng, on: On, driver: &str, known: &mut Vec<Known>) -> Vec<Val
             let mut spec = json!({"driver": driver,
                 "pool": {"name": pool, "generation": 1, "resourceSliceCount": total},
                 "sharedCounters": counter_sets()});
+            if dangling {
+                spec["sharedCounters"][0]["name"] = json!("cs-other");
+            }
             spec["nodeName"] = json!(NODE);
             out.push(slice(&format!("{pool}-counters"), spec));
         }
@@ -238,14 +272,14 @@ fn counter_sets() -> Value {
 }
 
 /// The node-selection fields of a pool's slices.
-fn selection(rng: &mut Rng, on: On) -> Value {
+fn selection(rng: &mut Rng, on: Uses) -> Value {
     match rng.below(100) {
         0..60 => json!({"nodeName": NODE}),
         60..75 => json!({"allNodes": true}),
         75..85 => json!({"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "example.com/zone", "operator": "In", "values": [rng.pick(&["z1", "z2"])]}]}]}}),
         85..92 => json!({"nodeName": "node-b"}),
-        _ if on.partitionable => json!({"perDeviceNodeSelection": true}),
+        _ if on.per_device => json!({"perDeviceNodeSelection": true}),
         _ => json!({"nodeName": NODE}),
     }
 }
@@ -276,7 +310,7 @@ fn list_attributes(rng: &mut Rng, attributes: &mut serde_json::Map<String, Value
     }
 }
 
-fn device(rng: &mut Rng, on: On, name: &str, counters: bool, per_device: bool) -> Value {
+fn device(rng: &mut Rng, on: Uses, name: &str, counters: bool, per_device: bool) -> Value {
     let mut attributes = serde_json::Map::new();
     if rng.chance(70) {
         attributes.insert("model".into(), json!({"string": rng.pick(&["m1", "m2"])}));
@@ -357,7 +391,7 @@ fn device(rng: &mut Rng, on: On, name: &str, counters: bool, per_device: bool) -
     dev
 }
 
-fn held(rng: &mut Rng, on: On, known: &[Known]) -> Vec<Value> {
+fn held(rng: &mut Rng, on: Uses, known: &[Known]) -> Vec<Value> {
     let mut out = Vec::new();
     if known.is_empty() {
         return out;
@@ -378,7 +412,7 @@ fn held(rng: &mut Rng, on: On, known: &[Known]) -> Vec<Value> {
     out
 }
 
-fn claim(rng: &mut Rng, on: On, c: usize) -> Value {
+fn claim(rng: &mut Rng, on: Uses, c: usize) -> Value {
     let n = if rng.chance(60) { 1 } else { 2 + rng.below(2) };
     let requests: Vec<Value> = (0..n).map(|r| request(rng, on, &format!("r{r}"))).collect();
     let mut devices = json!({"requests": requests});
@@ -413,7 +447,7 @@ fn claim(rng: &mut Rng, on: On, c: usize) -> Value {
         "spec": {"devices": devices}})
 }
 
-fn request(rng: &mut Rng, on: On, name: &str) -> Value {
+fn request(rng: &mut Rng, on: Uses, name: &str) -> Value {
     if on.prioritized && rng.chance(20) {
         let subs: Vec<Value> = (0..1 + rng.below(3))
             .map(|s| {
@@ -427,7 +461,7 @@ fn request(rng: &mut Rng, on: On, name: &str) -> Value {
     json!({"name": name, "exactly": exactly(rng, on, true)})
 }
 
-fn exactly(rng: &mut Rng, on: On, admin_allowed: bool) -> Value {
+fn exactly(rng: &mut Rng, on: Uses, admin_allowed: bool) -> Value {
     let class = *rng.pick(&["c-a", "c-b", "c-a-fast", "c-any", "c-a", "c-b"]);
     let domain = if class.starts_with("c-b") {
         "b.example.com"
@@ -469,7 +503,7 @@ fn with_count(mut e: Value, count: usize) -> Value {
     e
 }
 
-fn selector(rng: &mut Rng, on: On, d: &str) -> String {
+fn selector(rng: &mut Rng, on: Uses, d: &str) -> String {
     let guarded =
         |attr: &str, test: String| format!("has(device.attributes[\"{d}\"].{attr}) && {test}");
     // Unguarded lookups (0, 8) fail at run time on devices that lack the

@@ -232,21 +232,40 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Per gate: cases with it on and off, and divergences with it on and off.
+#[derive(Default)]
+struct GateTally {
+    cases: [u64; 2],
+    diverged: [u64; 2],
+}
+
 fn run(release: Release) {
     let cases = env_number("AINIC_ORACLE_CASES", 2_000);
     let seed = env_number("AINIC_ORACLE_SEED", 1);
     let mut oracle = Oracle::start(release);
     let mut classes: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut per_gate: BTreeMap<String, GateTally> = BTreeMap::new();
     let mut order_dependent = 0;
     let mut panicked = Vec::new();
     let mut divergences = Vec::new();
+    let mut diverged = 0;
     for n in 0..cases {
         let case = generate::case(release, seed.wrapping_mul(1_000_003).wrapping_add(n));
-        match judge(&mut oracle, &case) {
+        let verdict = judge(&mut oracle, &case);
+        let diverges = matches!(verdict, Verdict::Diverges { .. });
+        for (gate, on) in &case.gates {
+            let tally = per_gate.entry(gate.clone()).or_default();
+            tally.cases[usize::from(!on)] += 1;
+            tally.diverged[usize::from(!on)] += u64::from(diverges);
+        }
+        match verdict {
             Verdict::Equal => *classes.entry(ours(&case).class()).or_default() += 1,
             Verdict::OrderDependent => order_dependent += 1,
             Verdict::UpstreamPanicked => panicked.push(case.name.clone()),
+            // Counted for every gate; the first five are shrunk and kept.
+            Verdict::Diverges { .. } if divergences.len() >= 5 => diverged += 1,
             Verdict::Diverges { .. } => {
+                diverged += 1;
                 let small = shrink(&mut oracle, &case);
                 let answer = oracle.ask(&small, 0);
                 let (mine, theirs) = (ours_explained(&small), Outcome::of_oracle(&answer));
@@ -262,21 +281,27 @@ fn run(release: Release) {
                     small.name,
                     file.display()
                 ));
-                if divergences.len() >= 5 {
-                    break;
-                }
             }
         }
     }
+    let gates: Vec<String> = per_gate
+        .iter()
+        .map(|(gate, t)| {
+            format!(
+                "{gate} on {} off {} diverged on {} off {}",
+                t.cases[0], t.cases[1], t.diverged[0], t.diverged[1]
+            )
+        })
+        .collect();
     eprintln!(
-        "oracle {release}: {cases} cases from seed {seed}: agreed {classes:?}, order-dependent {order_dependent}, upstream panicked {} {:?}, diverged {}",
+        "oracle {release}: {cases} cases from seed {seed}: agreed {classes:?}, order-dependent {order_dependent}, upstream panicked {} {:?}, diverged {diverged}\n  per gate: {}",
         panicked.len(),
         &panicked[..panicked.len().min(3)],
-        divergences.len()
+        gates.join("; ")
     );
     assert!(
-        divergences.is_empty(),
-        "divergences from upstream {release}:\n{}",
+        diverged == 0,
+        "{diverged} divergences from upstream {release} (the first shrunk):\n{}",
         divergences.join("\n")
     );
 }
@@ -351,6 +376,44 @@ fn regression_cases_agree_with_upstream() {
         "regression cases diverge:\n{}",
         failures.join("\n")
     );
+}
+
+/// The generator draws every gate the allocator reads (each that the
+/// release has), on and off, independently of each other.
+#[test]
+fn the_generator_draws_every_gate_of_each_release() {
+    assert_eq!(
+        generate::gates_of(Release::V1_37),
+        allocator::Features::GATE_NAMES,
+        "1.37 has every gate the allocator knows"
+    );
+    for release in Release::ALL {
+        let gates = generate::gates_of(release);
+        let mut seen: BTreeMap<(String, bool), u32> = BTreeMap::new();
+        let mut vectors = std::collections::BTreeSet::new();
+        for n in 0..200 {
+            let case = generate::case(release, n);
+            let names: Vec<&str> = case.gates.iter().map(|(g, _)| g.as_str()).collect();
+            assert_eq!(names, gates, "{}: every gate, each once", case.name);
+            for (gate, on) in &case.gates {
+                *seen.entry((gate.clone(), *on)).or_default() += 1;
+            }
+            vectors.insert(case.gates.iter().map(|(_, on)| *on).collect::<Vec<_>>());
+        }
+        for gate in &gates {
+            for on in [true, false] {
+                let n = seen.get(&(gate.to_string(), on)).copied().unwrap_or(0);
+                assert!(n >= 50, "{release}: {gate}={on} in {n} of 200 cases");
+            }
+        }
+        // 1.34 and 1.35 have 7 gates (128 vectors), of which 200 draws
+        // meet about 100; later releases 256 and 512.
+        assert!(
+            vectors.len() >= 80,
+            "{release}: {} gate vectors",
+            vectors.len()
+        );
+    }
 }
 
 #[test]

@@ -12,9 +12,10 @@ use super::values::{QuantityVal, SemverVal};
 use crate::quantity::Quantity;
 use crate::semver::Semver;
 
-/// `includes()`, declared only where `DRAListTypeAttributes` is on (as
-/// upstream's environment from 1.36): whether a list holds the argument,
-/// or a scalar equals it.
+/// `includes()`, declared from 1.36 (upstream's stored-expression
+/// environment, which the allocator compiles for, has it whatever
+/// `DRAListTypeAttributes` says): whether a list holds the argument, or a
+/// scalar equals it.
 pub(crate) fn register_includes(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_member_overload(
         "includes",

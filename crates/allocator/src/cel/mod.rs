@@ -45,11 +45,11 @@ pub enum CompileError {
 pub struct Selector {
     expression: String,
     program: Program,
-    /// Compiled where `DRAListTypeAttributes` is on (`includes()`).
+    /// Compiled where `includes()` is declared (1.36+).
     lists: bool,
 }
 
-/// The environment; `lists`: with `DRAListTypeAttributes`'s `includes()`.
+/// The environment; `lists`: with `includes()` (1.36+).
 fn environment(lists: bool) -> &'static Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
     static WITH_LISTS: OnceLock<Arc<Env>> = OnceLock::new();
@@ -84,8 +84,11 @@ impl Selector {
         Selector::compile_for(expression, false)
     }
 
-    /// Compiles `expression` for the DRA environment; `lists`: with
-    /// `DRAListTypeAttributes` (`includes()` is declared).
+    /// Compiles `expression` for the DRA environment; `lists`: the
+    /// release's environment declares `includes()` (1.36+). Upstream's
+    /// allocator compiles for stored expressions, which ignore feature
+    /// gates, so `includes()` is there whether `DRAListTypeAttributes` is
+    /// on or not.
     pub fn compile_for(expression: &str, lists: bool) -> Result<Selector, CompileError> {
         let too_expensive = |reason: String| CompileError::TooExpensive {
             expression: expression.to_owned(),
@@ -128,7 +131,14 @@ impl Selector {
     /// attribute, a result that is not a bool) is returned as `Err`, and so
     /// is a device with an attribute that has no value, whatever the
     /// expression reads: upstream converts every attribute first.
-    pub fn matches(&self, device: &DeviceInfo, consumable_capacity: bool) -> Result<bool, String> {
+    /// `multi_allocations_passed`: the allocator passes the device's
+    /// `allowMultipleAllocations` (an implementation that knows consumable
+    /// capacity, whatever its gate); otherwise CEL reads it as false.
+    pub fn matches(
+        &self,
+        device: &DeviceInfo,
+        multi_allocations_passed: bool,
+    ) -> Result<bool, String> {
         let unset = device.attributes.iter().find_map(|(domain, names)| {
             let (name, _) = names.iter().find(|(_, v)| **v == AttributeValue::Unset)?;
             Some(format!("{domain}/{name}"))
@@ -141,7 +151,7 @@ impl Selector {
             "device",
             Box::new(DeviceVar {
                 device,
-                consumable_capacity,
+                multi_allocations_passed,
             }),
         );
         let value = cel::Value::resolve_val(self.program.expression(), &context)

@@ -78,12 +78,13 @@ fn key(idx: &dyn Val) -> Result<&str, ExecutionError> {
         })
 }
 
-/// The `device` variable: `driver`, `attributes`, `capacity`, and
-/// `allowMultipleAllocations` when consumable capacity is enabled.
+/// The `device` variable: `driver`, `attributes`, `capacity` and
+/// `allowMultipleAllocations` (the device's value where the allocator
+/// passes it, else false).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DeviceVar<'a> {
     pub device: &'a DeviceInfo,
-    pub consumable_capacity: bool,
+    pub multi_allocations_passed: bool,
 }
 
 impl<'a> Val for DeviceVar<'a> {
@@ -117,9 +118,9 @@ impl<'a> Indexer for DeviceVar<'a> {
             "driver" => Ok(CowVal::owned(CelString::from(device.driver.as_str()))),
             "attributes" => Ok(CowVal::owned(Domains::Attributes(&device.attributes))),
             "capacity" => Ok(CowVal::owned(Domains::Capacity(&device.capacity))),
-            "allowMultipleAllocations" if self.consumable_capacity => Ok(CowVal::owned(
-                CelBool::from(device.allow_multiple_allocations),
-            )),
+            "allowMultipleAllocations" => Ok(CowVal::owned(CelBool::from(
+                self.multi_allocations_passed && device.allow_multiple_allocations,
+            ))),
             other => Err(ExecutionError::no_such_key(other)),
         }
     }

@@ -61,7 +61,7 @@ impl Search<'_, '_> {
             if !constraint.applies_to(spec.base_name(), sub_name) {
                 continue;
             }
-            if constraint.check(device).is_err() {
+            if constraint.check(candidate, device).is_err() {
                 undo.counters &= !leak;
                 self.undo(undo);
                 if must {
@@ -76,7 +76,7 @@ impl Search<'_, '_> {
                 }
                 return Ok(None);
             }
-            constraint.add(spec.base_name(), device);
+            constraint.add(spec.base_name(), candidate, device);
             undo.constraints.push(i);
         }
         let mut consumed = None;

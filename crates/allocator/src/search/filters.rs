@@ -99,8 +99,17 @@ impl Search<'_, '_> {
     ) -> Result<bool, Stop> {
         let cand = self.ctx.candidates[candidate];
         let device = cand.device();
+        let features = &self.ctx.features;
+        let unconvertible = (features.rules().list_values_fail_cel_without_gate
+            && !features.list_type_attributes)
+            .then(|| list_valued_attribute(device))
+            .flatten();
         for (i, selector) in selectors.iter().enumerate() {
-            match selector.matches(device, self.ctx.features.consumable_capacity) {
+            let answer = match &unconvertible {
+                Some(name) => Err(format!("attribute {name}: unsupported attribute value")),
+                None => selector.matches(device, features.rules().consumable_capacity_known),
+            };
+            match answer {
                 Ok(true) => {}
                 Ok(false) => return Ok(false),
                 Err(e) => {
@@ -174,4 +183,14 @@ impl Search<'_, '_> {
             device, &consumed, held, allocating, arithmetic,
         ))
     }
+}
+
+/// The first attribute of `device` (`domain/name`) with a list value.
+fn list_valued_attribute(device: &crate::model::DeviceInfo) -> Option<String> {
+    device.attributes.iter().find_map(|(domain, names)| {
+        let (name, _) = names
+            .iter()
+            .find(|(_, v)| !v.is_scalar() && **v != crate::model::AttributeValue::Unset)?;
+        Some(format!("{domain}/{name}"))
+    })
 }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use crate::capacity::{self, Consumption};
-use crate::constraint::ConstraintState;
+use crate::constraint::{ConstraintState, Distinct};
 use crate::context::NodeContext;
 use crate::node::selection_matches;
 use crate::pools::CounterSets;
@@ -36,8 +36,12 @@ pub(crate) enum Stop {
     Budget,
     /// Upstream aborts the allocation with this error (invalid input).
     Fatal(String),
-    /// Upstream fails this node only, with this message.
-    NodeFailure(String),
+    /// Upstream aborts the allocation: the search met invalid pool `p`
+    /// (1.34).
+    InvalidPool(usize),
+    /// Upstream fails this node only: nothing fits and invalid pools were
+    /// passed over (1.35+).
+    InvalidPools,
     /// The per-claim result limit would be passed (see `allocate_one`).
     ResultLimit,
 }
@@ -73,7 +77,11 @@ pub(crate) struct Search<'c, 'a> {
 impl<'c, 'a> Search<'c, 'a> {
     pub(crate) fn new(ctx: &'c NodeContext<'a>, claims: &'c [ClaimPlan]) -> Search<'c, 'a> {
         let rules = ctx.features.rules();
-        let per_request = rules.distinct_per_request;
+        let distinct = match (rules.distinct_per_request, rules.distinct_by_device) {
+            (false, _) => Distinct::EveryValue,
+            (true, false) => Distinct::PerRequest,
+            (true, true) => Distinct::PerRequestSameDevice,
+        };
         let sets = (ctx.features.list_type_attributes
             && ctx.features.release.has_list_type_attributes())
         .then_some(rules.match_sets_restored);
@@ -89,7 +97,7 @@ impl<'c, 'a> Search<'c, 'a> {
                     c.constraints
                         .iter()
                         .cloned()
-                        .map(|spec| ConstraintState::new(spec, per_request, sets))
+                        .map(|spec| ConstraintState::new(spec, distinct, sets))
                         .collect()
                 })
                 .collect(),
@@ -118,9 +126,7 @@ impl<'c, 'a> Search<'c, 'a> {
         let rules = self.ctx.features.rules();
         if !found && rules.skip_unusable_pools && self.ctx.pools.iter().any(|p| p.invalid.is_some())
         {
-            return Err(Stop::NodeFailure(
-                "invalid resource pools were encountered".into(),
-            ));
+            return Err(Stop::InvalidPools);
         }
         Ok(found)
     }
@@ -337,11 +343,8 @@ impl<'c, 'a> Search<'c, 'a> {
             if rules.skip_unusable_pools && (pool.incomplete || pool.invalid.is_some()) {
                 continue;
             }
-            if let Some(reason) = &pool.invalid {
-                return Err(Stop::Fatal(format!(
-                    "pool {}/{} is invalid: {reason}",
-                    pool.key.0, pool.key.1
-                )));
+            if pool.invalid.is_some() {
+                return Err(Stop::InvalidPool(p));
             }
             let first = if rules.ordered_devices {
                 range.start.max(start)
