@@ -316,3 +316,137 @@ async fn eventually_tainted(world: &World, name: &str, wanted: bool) {
         tainted(world, name)
     );
 }
+
+/// The next report whose first device has `health`. A hang guard, not a
+/// speed limit: the stream reports every second.
+async fn first_device_becomes(
+    stream: &mut tonic::Streaming<kubelet_api::dra_health::v1::NodeWatchResourcesResponse>,
+    health: i32,
+) -> kubelet_api::dra_health::v1::NodeWatchResourcesResponse {
+    let wait = async {
+        loop {
+            let next = stream.message().await.unwrap().expect("stream stays open");
+            if next.devices[0].health == health {
+                return next;
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("the first device never became {health}"))
+}
+
+/// The Events on the Node with `reason`.
+fn node_events(world: &World, reason: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let all: Vec<k8s_openapi::api::events::v1::Event> = world.api.list();
+    all.into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NODE))
+        .collect()
+}
+
+/// The value of the driver's unhealthy taint on the published device `name`.
+fn taint_value(world: &World, name: &str) -> Option<String> {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    let slices: Vec<ResourceSlice> = world.api.list();
+    let device = slices
+        .iter()
+        .filter(|s| s.spec.driver == DRIVER && s.spec.pool.name == NODE)
+        .flat_map(|s| s.spec.devices.clone().unwrap_or_default())
+        .find(|d| d.name == name)?;
+    let taint = device.taints?.into_iter().next()?;
+    assert_eq!(
+        (taint.key.as_str(), taint.effect.as_str()),
+        ("ainic.amd.com/unhealthy", "NoSchedule")
+    );
+    taint.value
+}
+
+/// Issue 33, item 3: a NIC whose error counters grow goes unhealthy on
+/// the health stream, in its taint, its metric and an Event naming the
+/// counter; once they stop it recovers after the window and the quiet
+/// period, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nic_whose_error_counters_grow_goes_unhealthy_and_recovers_when_they_stop() {
+    use std::time::Duration;
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let flags = [
+        "--refresh-interval",
+        "1",
+        "--feature-gates",
+        "DRADeviceTaints=true",
+        "--health-window",
+        "2",
+        "--health-quiet-period",
+        "3",
+    ];
+    let agent = world.start_agent_with(None, &flags);
+    let mut stream = world.register().await.watch_health_v1().await.unwrap();
+    let first = stream.message().await.unwrap().unwrap();
+    assert!(
+        first.devices.iter().all(|d| d.health == HEALTHY),
+        "{first:?}"
+    );
+
+    // symbol_error of ionic_0 (enp4s0's port) climbs by 1,000 every 200 ms
+    // for 5 s, then stops.
+    let file = testkit::fixture::port_counter(&world.sysfs, "ionic_0", 1, "counters/symbol_error");
+    let errors = tokio::spawn(async move {
+        for i in 1..=25u64 {
+            std::fs::write(&file, format!("{}\n", i * 1000)).unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    let down = first_device_becomes(&mut stream, UNHEALTHY).await;
+    let message = &down.devices[0].message;
+    assert!(
+        message.starts_with("symbol_error of ionic_0/1 at "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("/min over the last 2s (unhealthy at 600/min)"),
+        "{message}"
+    );
+    assert!(down.devices[1..].iter().all(|d| d.health == HEALTHY));
+    eventually("tainted", || {
+        taint_value(&world, "pf-0000-04-00-0").as_deref() == Some("symbol_error")
+    })
+    .await;
+    eventually("a Warning Event", || {
+        !node_events(&world, "NicUnhealthy").is_empty()
+    })
+    .await;
+    let event = &node_events(&world, "NicUnhealthy")[0];
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.action.as_deref(), Some("AssessNicHealth"));
+    let note = event.note.clone().unwrap_or_default();
+    assert!(
+        note.contains("pf-0000-04-00-0 (0000:04:00.0, enp4s0) is unhealthy: symbol_error"),
+        "{note}"
+    );
+    let (_, metrics) = http_get(&agent.http, "/metrics").await;
+    assert!(
+        metrics.contains("ainic_dra_nic_health_level{device=\"pf-0000-04-00-0\"} 2"),
+        "{metrics}"
+    );
+
+    errors.await.unwrap();
+    let up = first_device_becomes(&mut stream, HEALTHY).await;
+    assert_eq!(up.devices[0].message, "link and RDMA ports up");
+    eventually("untainted", || {
+        taint_value(&world, "pf-0000-04-00-0").is_none()
+    })
+    .await;
+    eventually("a Normal Event", || {
+        !node_events(&world, "NicRecovered").is_empty()
+    })
+    .await;
+    assert_eq!(node_events(&world, "NicUnhealthy").len(), 1, "no flapping");
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    let told: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("NIC unhealthy") || l.contains("NIC healthy"))
+        .collect();
+    assert_eq!(told.len(), 2, "{log}");
+    eprintln!("{}", told.join("\n"));
+}

@@ -5,6 +5,7 @@ use topology::{NicFunction, PciAddress};
 
 use crate::fabric::FabricSources;
 use crate::gates::{FeatureGate, FeatureGates};
+use crate::health::Verdicts;
 use crate::names::DEFAULT_DRIVER;
 use crate::validate::format;
 
@@ -109,10 +110,12 @@ pub enum ConfigError {
     ZeroMinimum(&'static str),
 }
 
-/// Validated configuration of the device model.
+/// Validated configuration of the device model, and the devices' counter
+/// health it is published with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
     options: ModelOptions,
+    health: Verdicts,
 }
 
 impl ModelConfig {
@@ -141,7 +144,10 @@ impl ModelConfig {
         if options.shared_min_queue_pairs == 0 {
             return Err(ConfigError::ZeroMinimum("shared minimum queue pairs"));
         }
-        Ok(ModelConfig { options })
+        Ok(ModelConfig {
+            options,
+            health: Verdicts::new(),
+        })
     }
 
     /// Defaults for `node_name`, validated.
@@ -174,6 +180,18 @@ impl ModelConfig {
     pub fn with_gates(mut self, gates: FeatureGates) -> ModelConfig {
         self.options.gates = gates;
         self
+    }
+
+    /// This configuration publishing the counter health `health` (taints
+    /// of degraded and unhealthy PFs and their VFs, see [`crate::health`]).
+    pub fn with_health(mut self, health: Verdicts) -> ModelConfig {
+        self.health = health;
+        self
+    }
+
+    /// The counter health published: PFs below healthy.
+    pub fn health(&self) -> &Verdicts {
+        &self.health
     }
 
     /// Whether `gate` is on.

@@ -13,6 +13,7 @@ use crate::capacity;
 use crate::config::ModelConfig;
 use crate::fabric::FabricFacts;
 use crate::gates::FeatureGate;
+use crate::health::Level;
 use crate::index::InventoryIndex;
 use crate::names::{self, attr};
 use crate::plan::Published;
@@ -54,7 +55,7 @@ pub(crate) fn build_device(
     let taints = ctx
         .config
         .gate(FeatureGate::DraDeviceTaints)
-        .then(|| unhealthy_taint(nic, ctx))
+        .then(|| health_taint(nic, ctx))
         .flatten();
     Device {
         name,
@@ -265,11 +266,35 @@ pub(crate) fn down_reason(nic: &NicFunction, pf: Option<&NicFunction>) -> Option
     }
 }
 
-fn unhealthy_taint(nic: &NicFunction, ctx: &DeviceContext<'_>) -> Option<DeviceTaint> {
-    down_reason(nic, ctx.index.parent(nic)).map(|reason| DeviceTaint {
-        key: names::qualified(ctx.config.driver(), names::TAINT_UNHEALTHY),
-        value: Some(reason.to_string()),
-        effect: "NoSchedule".to_string(),
+/// The taint of an unhealthy or degraded function: its link or RDMA port
+/// down (`unhealthy`, NoSchedule) first, else its PF's counter verdict
+/// (`unhealthy`, NoSchedule; `degraded`, effect None where the release has
+/// it, else no taint). The value says why: `link-down`, `rdma-port-down`,
+/// or the counter (`symbol_error`).
+fn health_taint(nic: &NicFunction, ctx: &DeviceContext<'_>) -> Option<DeviceTaint> {
+    let taint = |key, value: &str, effect: &str| DeviceTaint {
+        key: names::qualified(ctx.config.driver(), key),
+        value: Some(names::label_value(value)),
+        effect: effect.to_string(),
         time_added: None,
-    })
+    };
+    if let Some(reason) = down_reason(nic, ctx.index.parent(nic)) {
+        return Some(taint(names::TAINT_UNHEALTHY, reason, "NoSchedule"));
+    }
+    let pf = match nic.kind {
+        FunctionKind::Vf { physfn, .. } => physfn,
+        FunctionKind::Pf { .. } => nic.address,
+    };
+    let verdict = ctx.config.health().get(&pf)?;
+    match verdict.level {
+        Level::Unhealthy => Some(taint(
+            names::TAINT_UNHEALTHY,
+            &verdict.counter,
+            "NoSchedule",
+        )),
+        Level::Degraded if ctx.config.gates().release().taint_effect_none() => {
+            Some(taint(names::TAINT_DEGRADED, &verdict.counter, "None"))
+        }
+        Level::Degraded | Level::Healthy => None,
+    }
 }

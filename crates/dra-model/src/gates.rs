@@ -128,6 +128,12 @@ impl Release {
         self.minor >= 35
     }
 
+    /// Whether device taints may have effect `None` (informational: no
+    /// effect on scheduling or eviction), accepted from 1.35.
+    pub fn taint_effect_none(self) -> bool {
+        self.minor >= 35
+    }
+
     /// Devices a slice may hold when one of them has taints or consumes
     /// counters: 64 from 1.35, the plain limit of 128 in 1.34.
     pub fn max_devices_with_taints_or_counters(self) -> usize {

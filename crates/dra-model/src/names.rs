@@ -124,11 +124,38 @@ pub mod capacity {
     pub const QUEUE_PAIRS: &str = "queuePairs";
 }
 
-/// Taint key (under the driver domain) for devices whose link or RDMA port is down.
+/// Taint key (under the driver domain) for devices whose link or RDMA port
+/// is down, or whose hardware error counters cross their `unhealthy`
+/// thresholds (effect `NoSchedule`).
 pub const TAINT_UNHEALTHY: &str = "unhealthy";
+
+/// Taint key (under the driver domain) for devices whose hardware error
+/// counters cross their `degraded` thresholds (effect `None`:
+/// informational, from Kubernetes 1.35).
+pub const TAINT_DEGRADED: &str = "degraded";
 
 /// Name of the counter every PF/VF counter set holds.
 pub const COUNTER_FUNCTIONS: &str = "functions";
+
+/// `s` as a label value (a taint's value): characters other than
+/// `[A-Za-z0-9_.-]` become `-`, leading and trailing non-alphanumerics go,
+/// at most 63 characters.
+pub fn label_value(s: &str) -> String {
+    let mapped: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    mapped
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
 
 /// `<driver>/<id>`.
 pub fn qualified(driver: &str, id: &str) -> String {

@@ -27,12 +27,16 @@
 #![deny(missing_docs)]
 
 pub mod affinity;
+pub mod counters;
 pub mod discover;
 pub mod model;
 pub mod pci;
 pub mod sysfs;
 
 pub use affinity::{Affinity, classify, nearest_switch};
+pub use counters::{
+    CounterBase, CounterName, CounterPlan, CounterReading, PlannedCounter, read_counters,
+};
 pub use discover::{
     DiscoverError, DiscoveryConfig, Recheck, discover, discover_in, product_name, recheck,
 };

@@ -1,31 +1,44 @@
-//! Device health: HEALTHY / UNHEALTHY / UNKNOWN per published device from
-//! link and RDMA-port state, served to the kubelet as the
+//! Device health: HEALTHY / DEGRADED / UNHEALTHY / UNKNOWN per published
+//! device from link and RDMA-port state and the PFs' hardware error
+//! counters ([`counters`]), served to the kubelet as the
 //! `DRAResourceHealth.NodeWatchResources` stream, `v1` and `v1alpha1`
-//! (the full device list first, then again after every inventory refresh).
+//! (the full device list first, then again every refresh interval).
 //!
-//! Rules (the same facts the slice builder turns into the `unhealthy`
-//! taint): a netdev whose `operstate` is down, or an RDMA port whose state
-//! is not ACTIVE, makes the function UNHEALTHY; a VF with neither netdev nor
-//! RDMA device follows its PF; a function with no state at all is UNKNOWN.
+//! Rules (the same facts the slice builder turns into the `unhealthy` and
+//! `degraded` taints): a netdev whose `operstate` is down, or an RDMA port
+//! whose state is not ACTIVE, makes the function UNHEALTHY; a VF with
+//! neither netdev nor RDMA device follows its PF; a function with no state
+//! at all is UNKNOWN. Otherwise its PF's counter level decides (a VF shares
+//! its PF's port): unhealthy is UNHEALTHY, degraded is reported HEALTHY to
+//! the kubelet (it has no third state) with a message saying `degraded:`
+//! and why.
 
+pub mod counters;
 pub mod refresh;
+
+use std::collections::BTreeMap;
 
 use std::pin::Pin;
 use std::sync::Arc;
 
+use dra_model::health::{Condition, Level};
 use futures::Stream;
 use kubelet_api::dra_health::{v1, v1alpha1};
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::WatchStream;
-use topology::{FunctionKind, Inventory, NicFunction};
+use topology::{FunctionKind, Inventory, NicFunction, PciAddress};
 
 /// What the driver knows of a device's health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Health {
     /// Link and RDMA ports up.
     Healthy,
-    /// A link or RDMA port is down.
+    /// Up, but its counters cross a `degraded` threshold (HEALTHY to the
+    /// kubelet, with a message).
+    Degraded,
+    /// A link or RDMA port is down, or its counters cross an `unhealthy`
+    /// threshold.
     Unhealthy,
     /// No state to judge by.
     Unknown,
@@ -52,24 +65,33 @@ pub struct HealthReport {
 }
 
 impl HealthReport {
-    /// Counts per state: `healthy`, `unhealthy`, `unknown`.
-    pub fn counts(&self) -> [(&'static str, usize); 3] {
+    /// Counts per state: `healthy`, `degraded`, `unhealthy`, `unknown`.
+    pub fn counts(&self) -> [(&'static str, usize); 4] {
         let count = |h| self.devices.iter().filter(|d| d.health == h).count();
         [
             ("healthy", count(Health::Healthy)),
+            ("degraded", count(Health::Degraded)),
             ("unhealthy", count(Health::Unhealthy)),
             ("unknown", count(Health::Unknown)),
         ]
     }
 }
 
-/// The health of every NIC function of `inventory`.
-pub fn assess(inventory: &Inventory, updated_at: i64) -> HealthReport {
+/// The PFs below healthy by their counters, and why.
+pub type CounterConditions = BTreeMap<PciAddress, Condition>;
+
+/// The health of every NIC function of `inventory`, its PFs' counters
+/// judged `counters`.
+pub fn assess(
+    inventory: &Inventory,
+    counters: &CounterConditions,
+    updated_at: i64,
+) -> HealthReport {
     let devices = inventory
         .nics
         .iter()
         .map(|nic| {
-            let (health, message) = state_of(nic, inventory);
+            let (health, message) = state_of(nic, inventory, counters);
             DeviceState {
                 device: dra_model::names::device_name(nic),
                 health,
@@ -83,7 +105,32 @@ pub fn assess(inventory: &Inventory, updated_at: i64) -> HealthReport {
     }
 }
 
-fn state_of(nic: &NicFunction, inventory: &Inventory) -> (Health, String) {
+/// Link state first (a link down is UNHEALTHY whatever the counters say),
+/// then the counters of the function's PF.
+fn state_of(
+    nic: &NicFunction,
+    inventory: &Inventory,
+    counters: &CounterConditions,
+) -> (Health, String) {
+    let (health, message) = link_state(nic, inventory);
+    if health == Health::Unhealthy {
+        return (health, message);
+    }
+    let (pf, via) = match nic.kind {
+        FunctionKind::Vf { physfn, .. } => (physfn, format!("follows PF {physfn}: ")),
+        FunctionKind::Pf { .. } => (nic.address, String::new()),
+    };
+    match counters.get(&pf) {
+        Some(c) if c.level == Level::Unhealthy => (Health::Unhealthy, format!("{via}{}", c.cause)),
+        Some(c) if c.level == Level::Degraded => {
+            (Health::Degraded, format!("{via}degraded: {}", c.cause))
+        }
+        _ => (health, message),
+    }
+}
+
+/// The health by link and RDMA-port state alone.
+fn link_state(nic: &NicFunction, inventory: &Inventory) -> (Health, String) {
     if let Some(n) = nic.netdevs.iter().find(|n| {
         matches!(
             n.operstate.as_deref(),
@@ -108,7 +155,7 @@ fn state_of(nic: &NicFunction, inventory: &Inventory) -> (Health, String) {
         && nic.rdma.is_empty()
         && let Some(pf) = inventory.nic(physfn)
     {
-        let (health, message) = state_of(pf, inventory);
+        let (health, message) = link_state(pf, inventory);
         return (health, format!("follows PF {physfn}: {message}"));
     }
     let known = nic.netdevs.iter().any(|n| n.operstate.is_some())
@@ -172,7 +219,7 @@ macro_rules! health_version {
                         device_name: d.device.clone(),
                     }),
                     health: match d.health {
-                        Health::Healthy => $api::HealthStatus::Healthy,
+                        Health::Healthy | Health::Degraded => $api::HealthStatus::Healthy,
                         Health::Unhealthy => $api::HealthStatus::Unhealthy,
                         Health::Unknown => $api::HealthStatus::Unknown,
                     } as i32,

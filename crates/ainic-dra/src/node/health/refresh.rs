@@ -3,6 +3,11 @@
 //! everyone who follows it (driver, publisher) and publishes a health
 //! report every refresh interval (the stream's heartbeat).
 //!
+//! Each tick also reads the PFs' hardware error counters
+//! ([`super::counters`]) before the report, so the counters are sampled
+//! once per refresh interval and a device crossing a threshold is reported
+//! at that tick.
+//!
 //! Two safety nets catch what no event announces while both event sources
 //! run: every rescan interval a cheap re-read of the facts events do not
 //! cover ([`topology::recheck`], about 0.2 ms on an 8 PF × 256 VF node),
@@ -18,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
 use topology::{DiscoveryConfig, Inventory, Recheck};
 
+use super::counters::CounterHealth;
 use super::{HealthReport, assess};
 use crate::node::http::metrics::Metrics;
 use crate::node::publisher::{LinkEvent, next_event, settle};
@@ -47,6 +53,10 @@ pub struct Refresher {
     /// Longest time between two full discoveries while both event sources
     /// run.
     pub full_rescan_every: Duration,
+    /// Health from the PFs' hardware counters; `None` when turned off.
+    pub counters: Option<CounterHealth>,
+    /// The counters' clock starts here.
+    pub started: tokio::time::Instant,
 }
 
 /// What a refresh tick does besides reporting health.
@@ -99,9 +109,21 @@ fn now() -> i64 {
 impl Refresher {
     /// Publishes the health of the current inventory.
     pub fn report(&self) {
-        let report = assess(&self.inventory.borrow(), now());
+        let counters = (self.counters.as_ref())
+            .map(CounterHealth::conditions)
+            .unwrap_or_default();
+        let report = assess(&self.inventory.borrow(), &counters, now());
         self.metrics.set_devices(&report.counts());
         self.reports.send_replace(Arc::new(report));
+    }
+
+    /// Reads the hardware counters of the current inventory's PFs.
+    pub async fn poll_counters(&mut self) {
+        let Some(counters) = self.counters.as_mut() else {
+            return;
+        };
+        let inventory = self.inventory.borrow().clone();
+        counters.poll(&inventory, self.started.elapsed()).await;
     }
 
     /// One refresh: discover, replace the inventory if it changed, report.
@@ -169,6 +191,7 @@ impl Refresher {
         loop {
             let began = tokio::select! {
                 at = ticks.tick() => {
+                    self.poll_counters().await;
                     let rescans = Rescans {
                         since_check: at.duration_since(last_check),
                         since_full: at.duration_since(last_full),
