@@ -13,3 +13,4 @@ pub mod controller;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod node;
+pub mod why;

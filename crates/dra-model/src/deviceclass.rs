@@ -80,6 +80,19 @@ pub fn tenant_class(base: &str, tenant: &str) -> String {
     format!("{base}-{tenant}")
 }
 
+/// The tenant whose NICs `class` selects: the value its selector fences
+/// on (`device.attributes["<driver>"].tenant == "T"`, as
+/// [`class_selectors`] writes it); `None` for a class of no tenant.
+pub fn class_tenant(class: &DeviceClass, driver: &str) -> Option<String> {
+    let fence = format!("device.attributes[\"{driver}\"].{} == \"", attr::TENANT);
+    let selectors = class.spec.as_ref()?.selectors.as_deref()?;
+    selectors.iter().find_map(|s| {
+        let expression = &s.cel.as_ref()?.expression;
+        let (_, rest) = expression.split_once(fence.as_str())?;
+        rest.split_once('"').map(|(tenant, _)| tenant.to_string())
+    })
+}
+
 /// The shipped DeviceClasses for `driver`, with those of `tenants`.
 pub fn device_classes(driver: &str, tenants: &[String]) -> Vec<DeviceClass> {
     class_selectors(driver, tenants)
@@ -169,5 +182,17 @@ mod tests {
             assert!(expr.starts_with(base), "{expr}");
             assert!(expr.ends_with("\"tenant\" in device.attributes[\"ainic.amd.com\"] && device.attributes[\"ainic.amd.com\"].tenant == \"team-a\""), "{expr}");
         }
+    }
+
+    #[test]
+    fn a_tenant_class_names_its_tenant() {
+        let tenants = ["team-a".to_string()];
+        let classes = device_classes("ainic.amd.com", &tenants);
+        let found: Vec<Option<String>> = (classes.iter())
+            .map(|c| class_tenant(c, "ainic.amd.com"))
+            .collect();
+        let a = Some("team-a".to_string());
+        assert_eq!(found, [None, None, None, None, a.clone(), a.clone(), a]);
+        assert_eq!(class_tenant(&classes[4], "other.example.com"), None);
     }
 }

@@ -8,9 +8,11 @@
 //! - [`build_slices`] → [`SliceSet`]: the node's ResourceSlices;
 //! - [`validate::check_slice`] / [`validate::check_pool`]: the API rules;
 //! - [`fabric`]: rail / fabric / leaf switch from config file, labels, LLDP;
-//! - [`deviceclass`]: the DeviceClasses shipped with the driver.
+//! - [`deviceclass`]: the DeviceClasses shipped with the driver;
+//! - [`health`]: NIC health from hardware counter rates, with hysteresis.
 #![deny(missing_docs)]
 
+pub mod admission;
 pub mod capacity;
 pub mod cdi;
 pub mod claim;
@@ -20,6 +22,7 @@ mod device;
 pub mod deviceclass;
 pub mod fabric;
 pub mod gates;
+pub mod health;
 mod index;
 pub mod names;
 pub mod netdev;

@@ -99,7 +99,7 @@ pub struct NicConfigObject {
 #[derive(Debug, thiserror::Error)]
 pub enum NicConfigError {
     /// The parameters are not a valid NicConfig (unknown field, wrong type).
-    #[error("invalid NicConfig in {source_kind} config for request {request:?}: {error}")]
+    #[error("invalid NicConfig in {source_kind} config {}: {error}", target(.request))]
     Invalid {
         /// `FromClass` or `FromClaim`.
         source_kind: String,
@@ -131,7 +131,7 @@ pub enum NicConfigError {
         pinned: Box<Pinned>,
     },
     /// The `netdev` settings are not usable.
-    #[error("{source_kind} config for request {request:?}: {error}")]
+    #[error("{source_kind} config {}: {error}", target(.request))]
     Netdev {
         /// `FromClass` or `FromClaim`.
         source_kind: String,
@@ -142,7 +142,8 @@ pub enum NicConfigError {
     },
     /// `apiVersion` or `kind` is not the NicConfig one.
     #[error(
-        "unsupported config {api_version}/{kind} in {source_kind} config for request {request:?}: expected {API_VERSION}/{KIND}"
+        "unsupported config {api_version}/{kind} in {source_kind} config {}: expected {API_VERSION}/{KIND}",
+        target(.request)
     )]
     WrongType {
         /// `FromClass` or `FromClaim`.
@@ -154,6 +155,36 @@ pub enum NicConfigError {
         /// What the object said.
         kind: String,
     },
+    /// Exclusive netdev mode's settings, each field valid where it was
+    /// written, are not usable together (an MTU below 1280 from one entry
+    /// with an IPv6 address from another).
+    #[error("{}: exclusive netdev mode: {error}", plan_target(.request))]
+    Plan {
+        /// The request being configured.
+        request: String,
+        /// Which field and why (boxed: the error stays small).
+        error: Box<crate::netdev::NetdevError>,
+    },
+}
+
+/// `request nic`, as the agent has always named a request in exclusive
+/// netdev mode's errors; `every request of the class` for a class alone.
+fn plan_target(request: &str) -> String {
+    if request.is_empty() {
+        "every request of the class".to_string()
+    } else {
+        format!("request {request}")
+    }
+}
+
+/// `for request "nic"`; a DeviceClass judged on its own configures no
+/// request yet (the empty name): `for every request of the class`.
+fn target(request: &str) -> String {
+    if request.is_empty() {
+        "for every request of the class".to_string()
+    } else {
+        format!("for request {request:?}")
+    }
 }
 
 impl NicConfigObject {
@@ -258,7 +289,9 @@ pub fn applies_to(targets: Option<&[String]>, request: &str) -> bool {
 /// The effective NicConfig for the devices allocated to `request`: every
 /// matching class entry of `driver` combined, then every matching claim
 /// entry, each checked against the class ([`check_claim_entry`]) and
-/// combined, and the claim merged under the class ([`merge_claim`]).
+/// combined, and the claim merged under the class ([`merge_claim`]); in
+/// netdev mode the merged settings are checked as a whole. Prepare and
+/// the admission checks ([`crate::admission`]) both call this.
 pub fn config_for_request(
     configs: &[DeviceAllocationConfiguration],
     driver: &str,
@@ -281,7 +314,14 @@ pub fn config_for_request(
         check_claim_entry(&class, &object, request)?;
         claim = claim.overlay(&object);
     }
-    Ok(merge_claim(&class, &claim))
+    let merged = merge_claim(&class, &claim);
+    if let (AttachMode::Netdev, Some(settings)) = (merged.mode, &merged.netdev) {
+        settings.check().map_err(|error| NicConfigError::Plan {
+            request: request.to_string(),
+            error: Box::new(error),
+        })?;
+    }
+    Ok(merged)
 }
 
 /// A claim's entry may not turn on access its class did not grant.
@@ -304,7 +344,7 @@ fn refuse_widening(
     Ok(())
 }
 
-fn parse_entry(
+pub(crate) fn parse_entry(
     value: &serde_json::Value,
     source: &str,
     request: &str,

@@ -9,6 +9,7 @@ use clap::Args;
 use dra_model::{FeatureGate, FeatureGates, Release};
 
 use super::slices::{parse_gates, parse_release};
+use crate::controller::webhook::{self, WebhookConfig};
 use crate::controller::{self, ControllerConfig};
 use crate::node::publisher::Backoff;
 
@@ -69,6 +70,53 @@ pub struct ControllerArgs {
     /// not given.
     #[arg(long, value_name = "1.MINOR", value_parser = parse_release)]
     pub kubernetes_version: Option<Release>,
+
+    /// Serve the NicConfig admission webhook (HTTPS) on this address, e.g.
+    /// `0.0.0.0:9443`; every replica serves it. Empty: no webhook.
+    #[arg(long, value_name = "IP:PORT", default_value = "")]
+    pub webhook_addr: String,
+
+    /// Secret (in `--namespace`) holding the webhook's CA and serving
+    /// certificate; made when missing, renewed ahead of expiry.
+    #[arg(long, value_name = "NAME", default_value = "ainic-dra-webhook-tls")]
+    pub webhook_secret: String,
+
+    /// ValidatingWebhookConfiguration whose caBundle the controller keeps.
+    #[arg(long, value_name = "NAME", default_value = "ainic-dra-nicconfig")]
+    pub webhook_configuration: String,
+
+    /// Names the API server reaches the webhook by (the serving
+    /// certificate's DNS names or IP addresses); default
+    /// `ainic-dra-webhook.<namespace>.svc`.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub webhook_hosts: Vec<String>,
+}
+
+impl ControllerArgs {
+    /// The webhook's settings, or `None` when `--webhook-addr` is empty.
+    fn webhook(&self) -> Result<Option<WebhookConfig>> {
+        if self.webhook_addr.is_empty() {
+            return Ok(None);
+        }
+        let addr = self.webhook_addr.parse().with_context(|| {
+            format!(
+                "--webhook-addr {:?} is not an IP:PORT address",
+                self.webhook_addr
+            )
+        })?;
+        let mut hosts = self.webhook_hosts.clone();
+        if hosts.is_empty() {
+            hosts.push(format!("ainic-dra-webhook.{}.svc", self.namespace));
+        }
+        Ok(Some(WebhookConfig {
+            addr,
+            driver: self.driver_name.clone(),
+            namespace: self.namespace.clone(),
+            secret: self.webhook_secret.clone(),
+            configuration: self.webhook_configuration.clone(),
+            hosts,
+        }))
+    }
 }
 
 /// Runs the controller until SIGTERM/SIGINT.
@@ -78,8 +126,13 @@ pub fn run(args: ControllerArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
+    let webhook = args.webhook()?;
     runtime.block_on(async move {
         let client = super::node::kube_client(args.kubeconfig.as_ref()).await?;
+        if let Some(config) = webhook {
+            let listener = webhook::bind(&config).await?;
+            tokio::spawn(webhook::run(client.clone(), config, listener));
+        }
         let (_stop, mut never) = tokio::sync::watch::channel(false);
         let release = match args.kubernetes_version {
             Some(release) => release,

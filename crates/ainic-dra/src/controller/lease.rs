@@ -5,7 +5,7 @@
 //! two candidates can never both win one round.
 //!
 //! Expiry is measured on this process's own monotonic clock, from when it
-//! last saw the Lease's record change ([`Observed`]), never by comparing
+//! last saw the Lease's record change (`Observed`), never by comparing
 //! the holder's `renewTime` with the local wall clock: the holder's clock
 //! may be minutes off this one's. So a candidate that starts, or first
 //! sees a holder, waits a full lease duration before taking over from a

@@ -19,7 +19,7 @@
 //! from the claims allocated from it), and an unallocated claim of the
 //! partition class that no partition has room for gets a Warning Event
 //! (`NoFabricPartitionFits`) naming each partition's free nodes. It also
-//! answers the binding conditions of sticky shared PFs ([`tenants`],
+//! answers the binding conditions of sticky shared PFs (`tenants`,
 //! `dra_model::tenancy`): a shared PF no one assigned goes to the first
 //! tenant taking a share, until its last share is released. A pass writes
 //! only what differs, so at rest it writes nothing (the Lease renewal is the
@@ -30,6 +30,7 @@ pub mod labels;
 pub mod lease;
 pub mod reconcile;
 mod tenants;
+pub mod webhook;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

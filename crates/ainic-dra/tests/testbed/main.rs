@@ -17,6 +17,9 @@ mod extended;
 mod fabric;
 mod fencing;
 mod leader;
+mod nicconfig;
+#[path = "../nicconfig_cases/mod.rs"]
+mod nicconfig_cases;
 mod ownership;
 mod publish;
 mod schedule;
@@ -24,3 +27,4 @@ mod sticky;
 mod support;
 mod tenants;
 mod trust;
+mod why;

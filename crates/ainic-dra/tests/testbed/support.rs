@@ -55,8 +55,28 @@ pub async fn install_chart(bed: &'static Testbed) {
 /// Installs the chart into `bed` (every time; [`install_chart`] once per
 /// shared bed).
 pub async fn helm_install(bed: &Testbed) {
+    helm_install_with(bed, chart_values()).await;
+}
+
+/// `base` with every key of `over` set over it, objects merged.
+pub fn json_merge(mut base: serde_json::Value, over: serde_json::Value) -> serde_json::Value {
+    match (&mut base, over) {
+        (serde_json::Value::Object(b), serde_json::Value::Object(o)) => {
+            for (k, v) in o {
+                let merged = json_merge(b.remove(&k).unwrap_or(serde_json::Value::Null), v);
+                b.insert(k, merged);
+            }
+            base
+        }
+        (_, serde_json::Value::Null) => base,
+        (_, over) => over,
+    }
+}
+
+/// Installs the chart into `bed` with `values`.
+pub async fn helm_install_with(bed: &Testbed, values: serde_json::Value) {
     let kubeconfig = bed.kubeconfig();
-    let values = testbed::helm::values_file(&chart_values());
+    let values = testbed::helm::values_file(&values);
     testbed::helm::run(&[
         "install",
         RELEASE,
@@ -81,11 +101,19 @@ pub async fn helm_install(bed: &Testbed) {
 /// A control plane of the test's own, started with `options`, with the
 /// chart installed; it lives as long as the test process.
 pub async fn own_bed(options: testbed::UpOptions) -> &'static Testbed {
+    own_bed_with(options, serde_json::Value::Null).await
+}
+
+/// [`own_bed`] with `values` over [`chart_values`].
+pub async fn own_bed_with(
+    options: testbed::UpOptions,
+    values: serde_json::Value,
+) -> &'static Testbed {
     let bed = tokio::task::spawn_blocking(move || Testbed::up(&options))
         .await
         .unwrap();
     let bed: &'static Testbed = Box::leak(Box::new(bed));
-    helm_install(bed).await;
+    helm_install_with(bed, json_merge(chart_values(), values)).await;
     bed
 }
 
@@ -156,6 +184,16 @@ pub async fn start_controller_as(
     log: &std::path::Path,
     identity: &str,
 ) -> Controller {
+    start_controller_with(bed, log, identity, &[]).await
+}
+
+/// Like [`start_controller_as`], with more flags.
+pub async fn start_controller_with(
+    bed: &Testbed,
+    log: &std::path::Path,
+    identity: &str,
+    flags: &[&str],
+) -> Controller {
     let account = format!("{}-controller", crate::support::RELEASE);
     let ns = crate::support::NAMESPACE;
     let token = cluster::account_token(&bed.client().await, ns, &account).await;
@@ -165,9 +203,16 @@ pub async fn start_controller_as(
         .arg(kubeconfig)
         .args(["--namespace", ns, "--identity", identity])
         .args(["--resync-interval", "1"])
+        .args(flags)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
         .spawn()
         .expect("start ainic-dra controller");
     Controller(child)

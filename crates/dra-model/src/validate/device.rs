@@ -7,11 +7,18 @@ use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, Device, DeviceAttrib
 use k8s_quantity::Quantity;
 
 use super::{Report, format};
+use crate::gates::Release;
 
 /// Longest attribute/capacity key: domain (63) + `/` + identifier (32).
 const MAX_KEY_LENGTH: usize = 63 + 1 + 32;
 
-pub(super) fn check_device(r: &mut Report, path: &str, d: &Device, per_device: bool) {
+pub(super) fn check_device(
+    r: &mut Report,
+    path: &str,
+    d: &Device,
+    per_device: bool,
+    release: Release,
+) {
     r.check(
         format::is_dns_label(&d.name),
         format!("{path}.name"),
@@ -34,7 +41,7 @@ pub(super) fn check_device(r: &mut Report, path: &str, d: &Device, per_device: b
         check_attribute(r, &at, value);
     }
     check_capacities(r, path, d);
-    check_taints(r, path, d);
+    check_taints(r, path, d, release);
     check_consumption(r, path, d);
     let node_fields = usize::from(d.node_name.is_some())
         + usize::from(d.node_selector.is_some())
@@ -238,7 +245,9 @@ fn check_range(
     }
 }
 
-fn check_taints(r: &mut Report, path: &str, d: &Device) {
+/// Taints: ≤4, qualified keys, label values, and an effect the release
+/// knows (`NoSchedule`, `NoExecute`, and from 1.35 `None`).
+fn check_taints(r: &mut Report, path: &str, d: &Device, release: Release) {
     let taints = d.taints.as_deref().unwrap_or(&[]);
     r.check(
         taints.len() <= super::MAX_TAINTS,
@@ -261,10 +270,20 @@ fn check_taints(r: &mut Report, path: &str, d: &Device) {
             format!("{at}.value"),
             "not a label value (≤63 of [A-Za-z0-9_.-])",
         );
+        let known = match t.effect.as_str() {
+            "NoSchedule" | "NoExecute" => true,
+            "None" => release.taint_effect_none(),
+            _ => false,
+        };
+        let allowed = if release.taint_effect_none() {
+            "NoSchedule, NoExecute or None"
+        } else {
+            "NoSchedule or NoExecute (None from 1.35)"
+        };
         r.check(
-            matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"),
+            known,
             format!("{at}.effect"),
-            format!("{:?} is not NoSchedule or NoExecute", t.effect),
+            format!("{:?} is not {allowed}", t.effect),
         );
     }
 }

@@ -138,7 +138,7 @@ pub fn check_slice_for(slice: &ResourceSlice, release: Release) -> Vec<Violation
                 format!("duplicate device name {:?}", d.name),
             );
         }
-        device::check_device(&mut r, &path, d, per_device);
+        device::check_device(&mut r, &path, d, per_device, release);
     }
     if let Some(sets) = &spec.shared_counters {
         check_counter_sets(&mut r, sets);

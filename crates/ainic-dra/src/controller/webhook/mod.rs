@@ -1,0 +1,116 @@
+//! The NicConfig admission webhook, served by every controller replica
+//! (not only the leader: it keeps no state): a ResourceClaim,
+//! ResourceClaimTemplate or DeviceClass whose NicConfig the node agent
+//! would refuse at prepare is refused when it is written, with the
+//! agent's own message (`dra_model::admission`).
+//!
+//! Why a webhook and not a ValidatingAdmissionPolicy: a claim's verdict
+//! depends on the DeviceClass each request names (pinned fields, what the
+//! class grants), which a policy cannot look up per request, and on checks
+//! (CIDR prefixes, interface names, unknown fields) that CEL would have to
+//! repeat in other words. The webhook runs the agent's own function.
+//!
+//! TLS ([`certs`], [`tls`]): the replicas share a CA and serving
+//! certificate in a Secret, made by the first to start and renewed ahead
+//! of expiry; each replica puts the CA into the caBundle of the chart's
+//! ValidatingWebhookConfiguration and reloads the serving key without a
+//! restart, every [`REFRESH`].
+
+pub mod certs;
+pub mod review;
+pub mod server;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use tokio::net::TcpListener;
+
+use server::WebhookState;
+use tls::ServingCert;
+
+/// How often the Secret and the caBundle are checked.
+pub const REFRESH: Duration = Duration::from_secs(60);
+/// Wait before trying again after a failed check.
+pub const RETRY: Duration = Duration::from_secs(5);
+
+/// Where and how the webhook serves.
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// Address to listen on.
+    pub addr: SocketAddr,
+    /// The DRA driver whose NicConfig entries are judged.
+    pub driver: String,
+    /// Namespace of the Secret (the controller's).
+    pub namespace: String,
+    /// The Secret holding the certificates.
+    pub secret: String,
+    /// The ValidatingWebhookConfiguration whose caBundle is kept.
+    pub configuration: String,
+    /// The names the API server dials (Service DNS names, or the IP of a
+    /// URL): the serving certificate's subject alternative names.
+    pub hosts: Vec<String>,
+}
+
+/// Binds the listener; an error names the address.
+pub async fn bind(config: &WebhookConfig) -> anyhow::Result<TcpListener> {
+    use anyhow::Context;
+    TcpListener::bind(config.addr).await.with_context(|| {
+        format!(
+            "failed to listen on {} for the admission webhook",
+            config.addr
+        )
+    })
+}
+
+/// Serves the webhook on `listener` and keeps its certificates, forever.
+pub async fn run(client: kube::Client, config: WebhookConfig, listener: TcpListener) {
+    let serving = Arc::new(ServingCert::default());
+    let state = Arc::new(WebhookState {
+        client: client.clone(),
+        driver: config.driver.clone(),
+        serving: serving.clone(),
+    });
+    tracing::info!(addr = %config.addr, hosts = %config.hosts.join(","), "admission webhook serving");
+    tokio::spawn(server::serve(listener, state));
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    loop {
+        let wait = match refresh(&secrets, &configs, &config, &serving).await {
+            Ok(()) => REFRESH,
+            Err(error) => {
+                tracing::error!(%error, "admission webhook certificate not in place; trying again");
+                RETRY
+            }
+        };
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// One round: the Secret made or renewed if due, its certificate served,
+/// its CA in the caBundle.
+async fn refresh(
+    secrets: &Api<Secret>,
+    configs: &Api<ValidatingWebhookConfiguration>,
+    config: &WebhookConfig,
+    serving: &ServingCert,
+) -> Result<(), tls::TlsError> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let set = tls::ensure_secret(secrets, &config.secret, &config.hosts, now).await?;
+    // Trust first, then serve: the API server must know the CA before a
+    // replica presents a certificate it signed.
+    let changed = tls::inject_ca_bundle(configs, &config.configuration, &set.ca_bundle()).await?;
+    if changed > 0 {
+        tracing::info!(configuration = %config.configuration, webhooks = changed, "caBundle set");
+    }
+    if serving.install(&set, &config.secret)? {
+        tracing::info!(secret = %config.secret, "serving the webhook certificate");
+    }
+    Ok(())
+}
