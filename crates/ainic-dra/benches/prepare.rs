@@ -3,7 +3,10 @@
 //! simulator as client. Prints p50/p99; asserts nothing.
 //!
 //! `cargo bench -p ainic-dra --bench prepare` (env `PREPARE_BENCH_ROUNDS`
-//! to change the number of single-claim rounds, default 300).
+//! to change the number of single-claim rounds, default 300;
+//! `PREPARE_BENCH_LOAD=0` skips the runs with 10, 1,000 and 10,000 claims
+//! already prepared, `PREPARE_BENCH_LEVELS=10,1000` picks other numbers;
+//! `AGENT_BENCH_BIN` runs another build of the agent).
 
 use std::time::{Duration, Instant};
 
@@ -134,6 +137,53 @@ async fn concurrent(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, o
     report("100 concurrent calls, per claim", per_claim);
 }
 
+/// Prepares claims (admin access, 100 per call) until `held` has `level`.
+async fn hold(api: &ApiServer, kubelet: &DraPluginClient, held: &mut Vec<ClaimRef>, level: usize) {
+    while held.len() < level {
+        let batch: Vec<ClaimRef> = (held.len()..level.min(held.len() + 100))
+            .map(|i| seed_claim(api, 3_000_000 + i, true))
+            .collect();
+        prepare_ok(kubelet, &batch).await;
+        held.extend(batch);
+    }
+}
+
+/// What one claim's change costs with `level` claims already prepared:
+/// prepare and unprepare of one claim, and unprepare of 100 in one call.
+async fn under_load(api: &ApiServer, kubelet: &DraPluginClient, levels: &[usize]) {
+    let mut held = Vec::new();
+    let mut next = 4_000_000;
+    for &level in levels {
+        hold(api, kubelet, &mut held, level).await;
+        let (mut prepares, mut unprepares) = (Vec::new(), Vec::new());
+        for _ in 0..100 {
+            let claim = seed_claim(api, next, true);
+            next += 1;
+            let start = Instant::now();
+            prepare_ok(kubelet, std::slice::from_ref(&claim)).await;
+            prepares.push(start.elapsed());
+            let start = Instant::now();
+            kubelet.unprepare_v1(&[claim]).await.unwrap();
+            unprepares.push(start.elapsed());
+        }
+        report(&format!("{level} prepared: prepare one"), prepares);
+        report(&format!("{level} prepared: unprepare one"), unprepares);
+        let mut batches = Vec::new();
+        for _ in 0..5 {
+            let claims: Vec<ClaimRef> = (0..100).map(|i| seed_claim(api, next + i, true)).collect();
+            next += 100;
+            prepare_ok(kubelet, &claims).await;
+            let start = Instant::now();
+            kubelet.unprepare_v1(&claims).await.unwrap();
+            batches.push(start.elapsed());
+        }
+        report(
+            &format!("{level} prepared: unprepare 100 in one call"),
+            batches,
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -191,6 +241,14 @@ async fn main() {
         "agent RSS after the runs, quiet: {}",
         support::rss(agent.id())
     );
+    if std::env::var("PREPARE_BENCH_LOAD").as_deref() != Ok("0") {
+        let levels: Vec<usize> = std::env::var("PREPARE_BENCH_LEVELS")
+            .unwrap_or_else(|_| "10,1000,10000".into())
+            .split(',')
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        under_load(&api, &kubelet, &levels).await;
+    }
     let _ = agent.kill();
     let _ = agent.wait();
 }

@@ -36,15 +36,35 @@ enum Command {
     Node(cli::node::NodeArgs),
     /// Run the fabric controller: one DRA device per RDMA fabric partition, node partition labels.
     Controller(cli::controller::ControllerArgs),
+    /// Delete the driver's ResourceSlices once its node agents are gone (the chart's post-delete Job).
+    Cleanup(cli::cleanup::CleanupArgs),
     /// Allocate ResourceClaims on a node as kube-scheduler would, from objects in files.
     Simulate(cli::simulate::SimulateArgs),
+    /// Explain why a pod is pending, from the live cluster (read-only; also `kubectl ainic why`).
+    Why(cli::why::WhyArgs),
     /// See the whole driver work on this machine: simulated nodes, real agents, no cluster.
     #[cfg(feature = "demo")]
     Demo(cli::demo::DemoArgs),
 }
 
+/// The name the binary answers to: `kubectl ainic` when run as the
+/// kubectl plugin `kubectl-ainic` (kubectl passes the words after `ainic`
+/// as they are, so the first one is the subcommand), else `ainic-dra`.
+fn invoked_as() -> &'static str {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let base = std::path::Path::new(&argv0).file_name().unwrap_or_default();
+    if base == "kubectl-ainic" {
+        "kubectl ainic"
+    } else {
+        "ainic-dra"
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let name = invoked_as();
+    let matches = Cli::command().name(name).bin_name(name).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     cli::init_logging(&cli.log);
     let result = match cli.command {
         Command::Topo(args) => cli::topo::run(args),
@@ -53,7 +73,9 @@ fn main() -> ExitCode {
         Command::Deviceclasses(args) => cli::deviceclasses::run(args),
         Command::Node(args) => cli::node::run(args),
         Command::Controller(args) => cli::controller::run(args),
+        Command::Cleanup(args) => cli::cleanup::run(args),
         Command::Simulate(args) => cli::simulate::run(args),
+        Command::Why(args) => cli::why::run(args),
         #[cfg(feature = "demo")]
         Command::Demo(args) => cli::demo::run(args),
     };

@@ -49,6 +49,23 @@ fn claims_with_specs(world: &World) -> BTreeSet<String> {
         .collect()
 }
 
+/// The claims with specs and those in the checkpoint once the restarted
+/// agent has reconciled them: it registers before it owns its state
+/// (a rolling update's new agent waits for the old one's lock), so for a
+/// moment after registration the directory may still be as the kill left
+/// it. Gives up after 30 s, returning what it saw last.
+async fn reconciled(world: &World) -> (BTreeSet<String>, BTreeSet<String>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let specs = claims_with_specs(world);
+        let checkpoint: BTreeSet<String> = world.checkpoint_claims().into_iter().collect();
+        if specs == checkpoint || std::time::Instant::now() > deadline {
+            return (specs, checkpoint);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Runs the scenario with the agent killed at the `n`th hit of `point`;
 /// `false` when the scenario finished without reaching it.
 async fn killed_at(point: Point, n: u32) -> bool {
@@ -75,10 +92,9 @@ async fn killed_at(point: Point, n: u32) -> bool {
 
     let _agent = world.start_agent(None);
     let kubelet = world.register().await;
-    let checkpoint: BTreeSet<String> = world.checkpoint_claims().into_iter().collect();
+    let (specs, checkpoint) = reconciled(&world).await;
     assert_eq!(
-        claims_with_specs(&world),
-        checkpoint,
+        specs, checkpoint,
         "{label}: after the restart, specs and checkpoint name the same claims"
     );
     scenario(&kubelet, &a, &b)

@@ -311,3 +311,33 @@ async fn a_full_disk_does_not_keep_a_nic_in_a_stopping_pod() {
     .await;
     assert!(!hooks.has_moves("claim-d"));
 }
+
+/// Issue 31 item 5: the netdev's gate file, which the claim's CDI spec
+/// bind-mounts into the container, exists exactly while the netdev is in
+/// the pod, so a container never runs without its network.
+#[tokio::test]
+async fn the_gate_file_exists_exactly_while_the_netdev_is_in_the_pod() {
+    let net = Net::new("hg");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(CheckpointStore::open(&dir.path().join("state")).unwrap());
+    let claim = netdev_claim(&net, "0000:04:00.0", "ionic_4", "pod-g");
+    let device = claim.devices[0].device.clone();
+    store.insert("claim-g", claim).await.unwrap();
+    let cdi = dir.path().join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    let rdma = Arc::new(FakeRdma::default());
+    let hooks =
+        Sandboxes::new(store, &dir.path().join("sys"), None, true, rdma).with_netdev_gates(&cdi);
+    let gate = ainic_dra::node::cdi::netdev_gate(&cdi, "claim-g", &device);
+    let pod = sandbox_pod(&net, "pod-g");
+    assert!(!gate.exists(), "no gate before the move");
+    within("the run hook", hooks.run(&pod)).await.unwrap();
+    assert!(in_pod(&net));
+    assert!(
+        gate.exists(),
+        "the gate opens once the netdev is in the pod"
+    );
+    within("the stop hook", hooks.detach_sandbox(&pod.id, &pod.uid)).await;
+    assert!(at_home(&net));
+    assert!(!gate.exists(), "the gate closes when the netdev leaves");
+}

@@ -352,6 +352,18 @@ async fn a_reboot_rebuilds_specs_and_sweeps_claims_deleted_meanwhile_at_once() {
 
     let agent = world.start_agent_with(None, &boot_flag);
     world.register().await;
+    // Registered is not yet reconciled: the agent serves its sockets first
+    // (calls wait) and rebuilds the specs once it owns its state.
+    let spec = world
+        .dirs()
+        .cdi
+        .join(format!("ainic.amd.com-{}.json", kept.uid));
+    for _ in 0..200 {
+        if spec.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         verbs_in_spec(&world, &kept.uid),
         (path, "231:240".into()),

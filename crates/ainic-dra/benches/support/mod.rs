@@ -44,14 +44,18 @@ pub fn start_agent(
     quiet: bool,
 ) -> Child {
     let wrapper = std::env::var("AGENT_BENCH_WRAPPER").unwrap_or_default();
+    // Another build of the agent (e.g. an older commit's) to compare in
+    // the same run and on the same disk.
+    let binary = std::env::var("AGENT_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ainic-dra").to_string());
     let mut words = wrapper.split_whitespace();
     let mut command = match words.next() {
         Some(program) => {
             let mut command = Command::new(program);
-            command.args(words).arg(env!("CARGO_BIN_EXE_ainic-dra"));
+            command.args(words).arg(&binary);
             command
         }
-        None => Command::new(env!("CARGO_BIN_EXE_ainic-dra")),
+        None => Command::new(&binary),
     };
     command
         .args(["node", "--node-name", NODE, "--http-addr", ""])

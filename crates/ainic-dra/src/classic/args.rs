@@ -64,6 +64,7 @@ impl DevicePluginArgs {
             dev: dev.clone(),
             poll: Duration::from_secs(1),
             fabric: None,
+            instance: None,
         }))
     }
 }

@@ -68,15 +68,20 @@ pub struct ResourcePlugin {
     pub poll: Duration,
     /// The host's device directory, for device specs' host paths.
     pub host_dev: PathBuf,
+    /// The agent's instance ID, part of the socket's name when set.
+    pub instance: Option<String>,
 }
 
 impl ResourcePlugin {
-    /// Our socket's file name in the directory, e.g. `ainic-dra-amd.com_nic.sock`.
+    /// Our socket's file name in the directory, e.g.
+    /// `ainic-dra-amd.com_nic.sock`, or with an instance ID
+    /// `ainic-dra-<ID>-amd.com_nic.sock`.
     pub fn endpoint(&self) -> String {
-        format!(
-            "ainic-dra-{}.sock",
-            self.resource.as_str().replace('/', "_")
-        )
+        let resource = self.resource.as_str().replace('/', "_");
+        match &self.instance {
+            None => format!("ainic-dra-{resource}.sock"),
+            Some(id) => format!("ainic-dra-{id}-{resource}.sock"),
+        }
     }
 
     /// Runs until `shutdown` flips to `true`, then removes our socket.

@@ -56,6 +56,10 @@ pub struct ClassicSettings {
     /// The DRA device model's config, whose fabric facts give the rails
     /// the scoring uses; `None` keeps each PF's ordinal as its rail.
     pub fabric: Option<dra_model::ModelConfig>,
+    /// The agent's instance ID (`--instance-id`): it names the sockets, so
+    /// the plugins of an old and a new agent of a rolling update never
+    /// share (and remove) one file.
+    pub instance: Option<String>,
 }
 
 /// Starts the classic path. Fails before serving anything when the config
@@ -107,6 +111,7 @@ pub fn start(
             options,
             poll: settings.poll,
             host_dev: settings.dev.on_host.clone(),
+            instance: settings.instance.clone(),
         };
         tasks.spawn(plugin.run(shutdown.clone()));
     }

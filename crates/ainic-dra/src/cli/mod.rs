@@ -1,6 +1,7 @@
 //! Subcommands of `ainic-dra`, one file each, and the small pieces they share:
 //! logging set-up, exit codes, and where a sysfs tree comes from.
 
+pub mod cleanup;
 pub mod controller;
 #[cfg(feature = "demo")]
 pub mod demo;
@@ -11,6 +12,7 @@ pub mod node;
 pub mod simulate;
 pub mod slices;
 pub mod topo;
+pub mod why;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -15,6 +15,7 @@ use crate::classic::args::DevicePluginArgs;
 use crate::node::NodeConfig;
 use crate::node::agent::{self, AgentConfig};
 use crate::node::plugin::resolve::Scope;
+use dra_model::health::{HealthPolicy, ThresholdSpec};
 
 /// Flags of `ainic-dra node`.
 #[derive(Args, Debug, Clone)]
@@ -70,6 +71,23 @@ pub struct NodeArgs {
     /// device numbers, CDI specs on tmpfs) is not trusted from another.
     #[arg(long, value_name = "FILE", default_value = crate::node::checkpoint::store::KERNEL_BOOT_ID)]
     pub boot_id_file: PathBuf,
+
+    /// This agent's own name for its kubelet sockets (the chart gives the
+    /// pod's UID): `<driver>-<ID>-reg.sock` and `dra-<ID>.sock` instead of
+    /// the kubelet's defaults, so that a new agent of a rolling update
+    /// registers beside the old one (kubelet 1.33 and later use the newest
+    /// registration) and takes the state directory over when the old one
+    /// exits. Unset: the default names, and the state directory is locked
+    /// before anything else.
+    #[arg(long, env = "AINIC_DRA_INSTANCE_ID", value_name = "ID", value_parser = check_instance_id)]
+    pub instance_id: Option<String>,
+
+    /// The DaemonSet this agent belongs to, NAMESPACE/NAME (the chart sets
+    /// it). When it is deleted (`helm uninstall`) and no claim is prepared
+    /// on the node, the agent removes its CDI specs and state files on exit;
+    /// any other exit keeps them for the next agent.
+    #[arg(long, env = "AINIC_DRA_DAEMONSET", value_name = "NAMESPACE/NAME", value_parser = check_daemonset)]
+    pub daemonset: Option<String>,
 
     /// Seconds to wait for another agent to release the state directory
     /// (its lock, `agent.lock`) before giving up; 0 gives up at once.
@@ -139,6 +157,35 @@ pub struct NodeArgs {
     #[arg(long, value_name = "NN", default_value = "50", value_parser = check_nri_index)]
     pub nri_plugin_index: String,
 
+    /// Judge each NIC's health by its hardware error counters too (RDMA
+    /// port counters and the netdev's carrier_changes of each PF, read
+    /// every --refresh-interval): degraded or unhealthy by the rates of
+    /// --health-threshold, reported to the kubelet, tainted, counted in
+    /// metrics and announced by Events on the Node.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub health_counters: bool,
+
+    /// A counter's thresholds, in errors per minute over --health-window:
+    /// COUNTER=DEGRADED,UNHEALTHY (`-` for a level never reached) or
+    /// COUNTER=off; replaces that counter's default or adds a counter.
+    /// COUNTER is a port counter (`symbol_error`, `counters/link_downed`,
+    /// `hw_counters/<name>`) or a netdev one (`carrier_changes`,
+    /// `statistics/<name>`). Repeatable. Defaults: carrier_changes=2,6
+    /// link_downed=1,3 link_error_recovery=1,10
+    /// local_link_integrity_errors=1,10 excessive_buffer_overrun_errors=1,10
+    /// symbol_error=10,600 port_rcv_errors=10,600.
+    #[arg(long = "health-threshold", value_name = "COUNTER=DEGRADED,UNHEALTHY")]
+    pub health_thresholds: Vec<ThresholdSpec>,
+
+    /// Seconds the counter rates are measured over.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub health_window: u64,
+
+    /// Seconds a NIC must go without crossing a level's thresholds before
+    /// it leaves that level (recovery without flapping).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub health_quiet_period: u64,
+
     /// Flags that shape the published devices.
     #[command(flatten)]
     pub model: ModelArgs,
@@ -169,6 +216,26 @@ fn check_nri_index(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// An instance ID goes into socket file names: letters, digits, `-`, at
+/// most 36 characters (a UID), so the registration socket's path stays
+/// under the 108 bytes a unix socket path may have.
+fn check_instance_id(s: &str) -> Result<String, String> {
+    let ok =
+        !s.is_empty() && s.len() <= 36 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    ok.then(|| s.to_string()).ok_or_else(|| {
+        format!("invalid instance ID {s:?}: 1 to 36 letters, digits or '-' (a pod UID)")
+    })
+}
+
+fn check_daemonset(s: &str) -> Result<String, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(s.to_string())
+        }
+        _ => Err(format!("invalid DaemonSet {s:?}: expected NAMESPACE/NAME")),
+    }
+}
+
 fn check_http_addr(s: &str) -> Result<String, String> {
     parse_http_addr(s).map(|_| s.to_string())
 }
@@ -181,8 +248,21 @@ impl NodeArgs {
         }
     }
 
-    fn config(&self) -> NodeConfig {
-        NodeConfig {
+    /// The counter health policy, or `None` when turned off.
+    fn counter_health(&self) -> Result<Option<HealthPolicy>> {
+        if !self.health_counters {
+            return Ok(None);
+        }
+        let policy = HealthPolicy::new(
+            &self.health_thresholds,
+            Duration::from_secs(self.health_window),
+            Duration::from_secs(self.health_quiet_period),
+        )?;
+        Ok(Some(policy))
+    }
+
+    fn config(&self) -> Result<NodeConfig> {
+        Ok(NodeConfig {
             scope: Scope {
                 driver: self.model.driver_name.clone(),
                 pool: self.node_name.clone(),
@@ -194,6 +274,8 @@ impl NodeArgs {
             cdi_dir: self.cdi_dir.clone(),
             state_dir: self.state_dir.clone(),
             boot_id_file: self.boot_id_file.clone(),
+            state_lock_wait: Duration::from_secs(self.state_lock_wait),
+            instance: self.instance_id.clone(),
             http_addr: parse_http_addr(&self.http_addr).expect("checked by clap"),
             refresh_every: Duration::from_secs(self.refresh_interval.max(1)),
             rescan_every: Duration::from_secs(self.rescan_interval.max(1)),
@@ -208,7 +290,8 @@ impl NodeArgs {
                     socket,
                     index: self.nri_plugin_index.clone(),
                 }),
-        }
+            counter_health: self.counter_health()?,
+        })
     }
 }
 
@@ -266,13 +349,16 @@ pub fn run(args: NodeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    let classic = args
+    let mut classic = args
         .device_plugin
         .settings(&args.cdi_dir, &args.dev_roots())?;
+    if let Some(classic) = &mut classic {
+        classic.instance = args.instance_id.clone();
+    }
     let model_args = args.model.clone();
     let node_name = args.node_name.clone();
     let config = AgentConfig {
-        node: args.config(),
+        node: args.config()?,
         model: Arc::new(move |labels, fabric| {
             model_args.config_with(&node_name, labels, fabric.cloned())
         }),
@@ -281,13 +367,12 @@ pub fn run(args: NodeArgs) -> Result<()> {
         classic,
         resync_every: Duration::from_secs(args.resync_interval.max(1)),
         kubernetes_version: args.model.kubernetes_version,
+        daemonset: args.daemonset.as_ref().and_then(|d| {
+            d.split_once('/')
+                .map(|(ns, name)| (ns.to_string(), name.to_string()))
+        }),
     };
-    let lock_wait = Duration::from_secs(args.state_lock_wait);
     runtime.block_on(async move {
-        // Before anything reads the checkpoint or touches the CDI and
-        // socket directories; held until the agent exits.
-        let lock = crate::node::state_lock::acquire(&args.state_dir, lock_wait).await?;
-        tracing::info!(lock = %lock.path().display(), "state directory locked");
         let client = kube_client(args.kubeconfig.as_ref()).await?;
         agent::run(client, config).await
     })
@@ -316,17 +401,17 @@ mod tests {
             "/s",
         ])
         .unwrap();
-        let c = w.node.config();
+        let c = w.node.config().unwrap();
         assert_eq!(c.scope.pool, "node-a");
         assert_eq!(c.scope.driver, "ainic.amd.com");
         assert_eq!(c.http_addr, Some("127.0.0.1:9".parse().unwrap()));
         assert_eq!(c.state_dir, PathBuf::from("/s"));
         let off = Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", ""]).unwrap();
-        assert_eq!(off.node.config().http_addr, None);
+        assert_eq!(off.node.config().unwrap().http_addr, None);
         assert!(Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", "nope"]).is_err());
         let default = Wrapper::try_parse_from(["x", "--node-name", "n"]).unwrap();
         assert_eq!(
-            default.node.config().http_addr,
+            default.node.config().unwrap().http_addr,
             Some("127.0.0.1:8080".parse().unwrap()),
             "loopback unless told: the agent is on the host network"
         );
@@ -336,7 +421,7 @@ mod tests {
         ] {
             let w = Wrapper::try_parse_from(["x", "--node-name", "n", "--http-addr", given]);
             assert_eq!(
-                w.unwrap().node.config().http_addr,
+                w.unwrap().node.config().unwrap().http_addr,
                 Some(meant.parse().unwrap())
             );
         }
@@ -346,5 +431,43 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn health_flags_parse_into_a_policy_or_none() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["x", "--node-name", "n"];
+            args.extend_from_slice(extra);
+            Wrapper::try_parse_from(args)
+        };
+        let defaults = parse(&[]).unwrap().node.config().unwrap();
+        assert_eq!(defaults.counter_health, Some(HealthPolicy::default()));
+        let set = parse(&[
+            "--health-threshold",
+            "symbol_error=5,50",
+            "--health-threshold=link_downed=off",
+            "--health-window",
+            "30",
+            "--health-quiet-period",
+            "120",
+        ])
+        .unwrap();
+        let policy = set.node.config().unwrap().counter_health.unwrap();
+        assert_eq!(policy.window(), Duration::from_secs(30));
+        assert_eq!(policy.quiet(), Duration::from_secs(120));
+        assert!(
+            policy
+                .thresholds()
+                .iter()
+                .all(|t| t.counter.label() != "link_downed")
+        );
+        let off = parse(&["--health-counters", "false"]).unwrap();
+        assert_eq!(off.node.config().unwrap().counter_health, None);
+        let Err(bad) = parse(&["--health-threshold", "symbol_error=9,1"]) else {
+            panic!("a degraded rate above the unhealthy one was accepted");
+        };
+        assert!(bad.to_string().contains("degraded rate is above"), "{bad}");
+        let zero = parse(&["--health-window", "0"]).unwrap();
+        assert!(zero.node.config().is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! The whole node agent as one task: the DRA plugin ([`super::start`]),
+//! The whole node agent as one task: the DRA plugin ([`super::serve`]),
 //! the ResourceSlice publisher and, when asked, the classic device plugin,
 //! all following the same inventory, until SIGTERM/SIGINT.
 //!
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use dra_model::health::Verdicts;
 use dra_model::{FeatureGate, ModelConfig, Release};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -22,11 +23,12 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::desired::{self, ConfigMetrics, Desired, Inputs, Rebuild, Reporter};
 use super::fabric_config;
 use super::follow::watch as watch_objects;
+use super::health::counters::HealthEvent;
 use super::http::metrics::Metrics;
-use super::node_events::KubeNodeEvents;
+use super::node_events::{KubeNodeEvents, NodeEvents, post_soon};
 use super::plugin::claims::KubeClaims;
 use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
-use super::{NodeConfig, Started, server_version, shutdown_signal, start};
+use super::{NodeConfig, Serving, serve, server_version, shutdown_signal};
 use crate::classic::ClassicSettings;
 use dra_model::classic::ClassicConfig;
 
@@ -49,6 +51,10 @@ pub struct AgentConfig {
     /// The release to publish for (`--kubernetes-version`); the API
     /// server's when `None`.
     pub kubernetes_version: Option<Release>,
+    /// The DaemonSet this agent belongs to (namespace, name): when it is
+    /// deleted the agent removes its node's files on exit
+    /// ([`super::uninstall`]).
+    pub daemonset: Option<(String, String)>,
 }
 
 /// The model as published to a server of `release` that dropped the
@@ -117,6 +123,25 @@ fn nudge_on_slice_changes(
     });
 }
 
+/// Nudges the publisher whenever a NIC's counter verdict changes, so its
+/// taint is published at once, not at the next resync.
+async fn nudge_on_verdicts(mut verdicts: watch::Receiver<Arc<Verdicts>>, nudge: mpsc::Sender<()>) {
+    while verdicts.changed().await.is_ok() {
+        // Full means a nudge is already waiting: one is enough.
+        if let Err(mpsc::error::TrySendError::Closed(())) = nudge.try_send(()) {
+            return;
+        }
+    }
+}
+
+/// Posts the counter health Events queued since start, then each as it
+/// comes, on the Node.
+async fn post_health_events(mut queued: mpsc::Receiver<HealthEvent>, sink: Arc<dyn NodeEvents>) {
+    while let Some(event) = queued.recv().await {
+        post_soon(sink.clone(), event.kind, event.reason, event.note);
+    }
+}
+
 /// A node switched to DRA for `amd.com/nic` / `amd.com/vnic` must not
 /// offer them through the classic device plugin too: the scheduler would
 /// use whichever the node advertises, and the other path would sit idle or
@@ -170,6 +195,7 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         classic,
         resync_every,
         kubernetes_version,
+        daemonset,
     } = config;
     let waiting = format!(
         "waiting to read Node {}: its labels may fence NICs to a tenant",
@@ -178,7 +204,19 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     let (published_tx, published) = watch::channel(Some(waiting));
     let scope = node.scope.clone();
     let claims = Arc::new(KubeClaims::new(client.clone()));
-    let started = start(node, claims, Arc::new(metrics), published).await?;
+    let uninstalling = daemonset
+        .as_ref()
+        .map(|(ns, name)| super::uninstall::follow_daemonset(client.clone(), ns, name));
+    let paths = super::uninstall::NodePaths {
+        state: node.state_dir.clone(),
+        cdi: node.cdi_dir.clone(),
+        plugin: node.plugin_dir.clone(),
+        registry: node.registry_dir.clone(),
+        device_plugins: classic.as_ref().map(|c| c.dir.clone()),
+        driver: node.scope.driver.clone(),
+    };
+    let mut serving = serve(node, claims, Arc::new(metrics), published).await?;
+    let health_events = serving.health_events.take();
     let (stop_tx, stop) = watch::channel(false);
     let wiring = Wiring {
         client,
@@ -193,19 +231,20 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         publisher_metrics,
         config_metrics,
         published: published_tx,
+        health_events,
         stop,
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
-    // The plugin serves meanwhile: prepares need no slices of ours.
+    // The plugin serves meanwhile: prepares wait only for the state.
     let wired = tokio::select! {
         () = &mut shutdown => None,
-        wired = wiring.wire(&started) => Some(wired),
+        wired = wiring.wire(&mut serving) => Some(wired),
     };
     let running = match wired {
         None => None,
         Some(Err(error)) => {
-            remove_sockets(&started);
+            remove_sockets(&serving);
             return Err(error);
         }
         Some(Ok(running)) => {
@@ -214,22 +253,56 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         }
     };
     tracing::info!("shutting down");
+    // The kubelet sees the plugin go first: it sends nothing new here
+    // (a newer agent of a rolling update takes the calls).
+    remove_sockets(&serving);
     stop_tx.send_replace(true);
     let mut classic = None;
     if let Some(running) = running {
         let _ = running.publishing.await;
+        running.driver.drain(DRAIN_DEADLINE).await;
         classic = running.classic;
     }
-    remove_sockets(&started);
     if let Some(mut tasks) = classic {
         while tasks.join_next().await.is_some() {}
+    }
+    if uninstalling.is_some_and(|u| u.load(std::sync::atomic::Ordering::SeqCst)) {
+        drop(serving);
+        remove_node_state(&paths);
     }
     Ok(())
 }
 
+/// The chart is being uninstalled: removes the node's files if no claim
+/// is prepared, and says what it did.
+fn remove_node_state(paths: &super::uninstall::NodePaths) {
+    use super::uninstall::Removed;
+    let state_dir = &paths.state;
+    match super::uninstall::remove_node_state(paths) {
+        Ok(Removed::Files(files)) => {
+            tracing::info!(
+                removed = files.len(),
+                "uninstalled: the node's files removed"
+            );
+        }
+        Ok(Removed::KeptForPreparedClaims(n)) => tracing::warn!(
+            prepared = n,
+            state_dir = %state_dir.display(),
+            "uninstalled while claims are still prepared: the node's files are kept (drain the node first; a reinstall takes them over)"
+        ),
+        Err(error) => {
+            tracing::error!(%error, state_dir = %state_dir.display(), "uninstalled: cannot remove the node's files")
+        }
+    }
+}
+
+/// How long prepares and unprepares under way at SIGTERM may take to
+/// finish: well inside the chart's 30 s grace period.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
+
 /// Removes the plugin's sockets, so the kubelet sees the plugin go.
-fn remove_sockets(started: &Started) {
-    for socket in &started.sockets {
+fn remove_sockets(serving: &Serving) {
+    for socket in &serving.sockets {
         if let Err(error) = std::fs::remove_file(socket) {
             tracing::warn!(socket = %socket.display(), %error, "cannot remove socket");
         }
@@ -250,6 +323,7 @@ struct Wiring {
     publisher_metrics: PublisherMetrics,
     config_metrics: ConfigMetrics,
     published: watch::Sender<Option<String>>,
+    health_events: Option<mpsc::Receiver<HealthEvent>>,
     stop: watch::Receiver<bool>,
 }
 
@@ -257,13 +331,18 @@ struct Wiring {
 struct Running {
     publishing: JoinHandle<()>,
     classic: Option<JoinSet<()>>,
+    driver: Arc<super::plugin::Driver>,
 }
 
 impl Wiring {
     /// Reads the Node, builds the first model, starts the classic device
-    /// plugin and the publisher. Fails when the node's labels or the
-    /// flags give no valid model at start.
-    async fn wire(mut self, started: &Started) -> Result<Running> {
+    /// plugin, takes the state directory over, and starts the publisher.
+    /// Fails when the node's labels or the flags give no valid model at
+    /// start. The classic plugin serves before the state is owned (it keeps
+    /// none), so a rolling update leaves `amd.com/nic` no moment without a
+    /// plugin; the publisher starts after, so an old and a new agent never
+    /// publish the node's slices at once.
+    async fn wire(mut self, started: &mut Serving) -> Result<Running> {
         let node = read_node(&self.client, &self.node, Backoff::default()).await;
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let fabric = fabric_config::follow(self.fabric_config.clone(), self.fabric_poll_every);
@@ -280,6 +359,11 @@ impl Wiring {
         }?;
         let (first, problem) = desired::decide(&state, |_| Ok(model.clone()));
         let events = Arc::new(KubeNodeEvents::new(&self.client, &node, &self.driver));
+        if let Some(queued) = self.health_events.take() {
+            let health = KubeNodeEvents::new(&self.client, &node, &self.driver)
+                .with_action("AssessNicHealth");
+            tokio::spawn(post_health_events(queued, Arc::new(health)));
+        }
         let mut reporter =
             Reporter::new(self.config_metrics.clone(), self.published.clone(), events);
         reporter.report(&state, &first, problem);
@@ -306,10 +390,12 @@ impl Wiring {
             rebuild,
         };
         let desired = desired::follow(&self.client, inputs, first, reporter, nudge_tx.clone());
+        let driver = started.own_state().await?;
         let publishing = self.spawn_publisher(started, desired, dra_split, (nudge_tx, nudges));
         Ok(Running {
             publishing,
             classic,
+            driver,
         })
     }
 
@@ -318,7 +404,7 @@ impl Wiring {
     /// it is [`Desired::Withheld`].
     fn spawn_publisher(
         self,
-        started: &Started,
+        started: &Serving,
         desired: watch::Receiver<Desired>,
         dra_split: Option<ClassicConfig>,
         (nudge, nudges): (mpsc::Sender<()>, mpsc::Receiver<()>),
@@ -334,6 +420,8 @@ impl Wiring {
         .with_metrics(self.publisher_metrics);
         let refused = publisher.refused_gates();
         let inventory = started.inventory.clone();
+        let verdicts = started.verdicts.clone();
+        tokio::spawn(nudge_on_verdicts(started.verdicts.clone(), nudge.clone()));
         let attributes = started.attributes.clone();
         let mut options = RunOptions::new(self.resync_every);
         options.follow = Some(started.inventory.clone());
@@ -365,7 +453,8 @@ impl Wiring {
                 if let Some(split) = &dra_split {
                     current = Arc::new(dra_model::classic::dra_share(split, &current));
                 }
-                let model = for_server(*model, release, &refused.get());
+                let health = (**verdicts.borrow()).clone();
+                let model = for_server(*model, release, &refused.get()).with_health(health);
                 let slices = crate::cli::slices::build_checked(&current, &model)?.slices;
                 let published = crate::node::metadata::DeviceAttributes::of(&slices);
                 attributes.send_if_modified(|old| {

@@ -3,16 +3,22 @@
 //! - the kubelet DRA plugin ([`plugin`]): registration socket, `DRAPlugin`
 //!   v1/v1beta1 and `DRAResourceHealth` v1/v1alpha1 on the plugin socket;
 //! - the CDI specs and checkpoint of prepared claims ([`cdi`], [`checkpoint`]);
-//! - the refresh loop feeding health and the inventory ([`health`]);
+//! - the refresh loop feeding health (link state and the NICs' hardware
+//!   error counters) and the inventory ([`health`]);
 //! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
 //! - the ResourceSlice publisher ([`publisher`]), nudged by watches of
 //!   its own slices and the node's labels ([`follow`]), publishing what
 //!   [`desired`] decides from the labels and the fabric config file
 //!   ([`fabric_config`]), and nothing while tenant fencing is unknown.
 //!
-//! Start-up order: load the checkpoint, reconcile the CDI dir with it and
-//! rebuild every prepared claim's spec from today's devices before any
-//! socket is served, so the kubelet's first call sees a consistent state.
+//! Start-up in two phases. [`serve`]: discover the devices and answer the
+//! kubelet (registration, DRA, health) at once. [`Serving::own_state`]:
+//! lock the state directory, load the checkpoint, reconcile the CDI dir
+//! with it and rebuild every prepared claim's spec from today's devices;
+//! prepare and unprepare calls wait for that, so the kubelet's first call
+//! sees a consistent state. With `--instance-id` a new agent of a rolling
+//! update serves beside the old one under socket names of its own and
+//! owns the state once the old one has let go of it.
 
 pub mod agent;
 pub mod cdi;
@@ -37,6 +43,7 @@ pub mod sandbox;
 pub mod server_version;
 pub mod state_lock;
 pub mod uevents;
+pub mod uninstall;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -52,6 +59,8 @@ use topology::{DiscoveryConfig, Inventory};
 
 use cdi::dir::CdiDir;
 use checkpoint::store::CheckpointStore;
+use dra_model::health::{HealthPolicy, Verdicts};
+use health::counters::CounterHealth;
 use health::refresh::Refresher;
 use http::metrics::Metrics;
 use plugin::claims::SharedClaims;
@@ -80,6 +89,12 @@ pub struct NodeConfig {
     pub state_dir: PathBuf,
     /// Where this boot's ID is read (`/proc/sys/kernel/random/boot_id`).
     pub boot_id_file: PathBuf,
+    /// How long to wait for another agent to release the state directory.
+    pub state_lock_wait: Duration,
+    /// This agent's own name for its sockets (the pod's UID), so that an
+    /// old and a new agent of a rolling update serve side by side; `None`
+    /// uses the kubelet's default names.
+    pub instance: Option<String>,
     /// `/healthz`, `/readyz`, `/metrics`; `None` serves no HTTP.
     pub http_addr: Option<SocketAddr>,
     /// Time between health reports (and rediscoveries without kernel
@@ -96,6 +111,9 @@ pub struct NodeConfig {
     /// The NRI plugin of exclusive netdev mode ([`sandbox`]); `None` runs
     /// none (claims in that mode are refused).
     pub nri: Option<NriConfig>,
+    /// Health from the NICs' hardware error counters, read every refresh
+    /// interval ([`health::counters`]); `None` reads none.
+    pub counter_health: Option<HealthPolicy>,
 }
 
 /// Where and as what the NRI plugin registers.
@@ -107,8 +125,11 @@ pub struct NriConfig {
     pub index: String,
 }
 
-/// What the other tasks of the agent follow once the plugin is up.
-pub struct Started {
+/// The agent in its first phase ([`serve`]): the kubelet's sockets answer
+/// and the node's devices are followed, but the state directory (the
+/// checkpoint, the CDI dir) is not the agent's yet: [`Serving::own_state`]
+/// takes it.
+pub struct Serving {
     /// The shared inventory, refreshed every interval.
     pub inventory: watch::Receiver<Arc<Inventory>>,
     /// Where the publisher tells the plugin the attributes of the devices
@@ -117,18 +138,62 @@ pub struct Started {
     /// The registration and DRA sockets, to remove on shutdown so the
     /// kubelet sees the plugin go.
     pub sockets: Vec<PathBuf>,
+    /// The counter health verdicts the publisher taints by.
+    pub verdicts: watch::Receiver<Arc<Verdicts>>,
+    /// Counter health Events to post on the Node, once it is read (taken
+    /// by the agent; `None` without counter health).
+    pub health_events: Option<tokio::sync::mpsc::Receiver<health::counters::HealthEvent>>,
+    /// The driver, once the state is owned; calls wait for it meanwhile.
+    slot: watch::Sender<Option<Arc<Driver>>>,
+    /// Held from the start when the sockets' names are not this agent's
+    /// own (no `--instance-id`): then no second agent may touch them.
+    lock: Option<state_lock::StateLock>,
+    parts: StateParts,
 }
 
-/// Starts every task of the DRA plugin on the current runtime and returns
-/// once the sockets are listening. `metrics` may already hold other
-/// components' metrics; `published` says why the devices published are
-/// less than configured (for `/readyz`).
-pub async fn start(
+/// What the second phase needs from the first.
+struct StateParts {
+    config: NodeConfig,
+    claims: SharedClaims,
+    metrics: Arc<Metrics>,
+    attributes: watch::Receiver<Option<Arc<metadata::DeviceAttributes>>>,
+}
+
+/// The sockets' file names: the kubelet's defaults, or, with an instance
+/// ID (the pod's UID), names of this agent's own, so that a new agent of
+/// a rolling update registers beside the old one (kubelet 1.33 and later
+/// keep both registrations and use the newest).
+fn socket_names(config: &NodeConfig) -> (PathBuf, PathBuf) {
+    let driver = &config.scope.driver;
+    match &config.instance {
+        None => (
+            config.registry_dir.join(format!("{driver}-reg.sock")),
+            config.plugin_dir.join(DRA_SOCKET),
+        ),
+        Some(id) => (
+            config.registry_dir.join(format!("{driver}-{id}-reg.sock")),
+            config.plugin_dir.join(format!("dra-{id}.sock")),
+        ),
+    }
+}
+
+/// First phase of the agent: discovers the node's devices and serves the
+/// registration and DRA sockets, health and HTTP at once; prepare and
+/// unprepare wait until [`Serving::own_state`] made the driver. Without
+/// an instance ID the state directory is locked first (the default
+/// socket names are shared by every agent of the node). `metrics` may
+/// already hold other components' metrics; `published` says why the
+/// devices published are less than configured (for `/readyz`).
+pub async fn serve(
     config: NodeConfig,
     claims: SharedClaims,
     metrics: Arc<Metrics>,
     published: watch::Receiver<Option<String>>,
-) -> Result<Started> {
+) -> Result<Serving> {
+    let lock = match config.instance {
+        None => Some(lock_state_dir(&config).await?),
+        Some(_) => None,
+    };
     let discovery = DiscoveryConfig::default();
     let inventory = topology::discover(&config.sysfs_root, &discovery).with_context(|| {
         format!(
@@ -145,7 +210,217 @@ pub async fn start(
         "inventory discovered"
     );
     let (inventory_tx, inventory_rx) = watch::channel(Arc::new(inventory));
+    let (attributes_tx, attributes) = watch::channel(None);
+    let followers = spawn_refresher(&config, discovery, inventory_tx, &metrics).await;
+    let (slot_tx, slot) = plugin::grpc::DriverSlot::empty();
+    let (reg_socket, dra_socket) = socket_names(&config);
+    serve_dra(&config, &dra_socket, slot, followers.reports)?;
+    let registration = serve_registration(&config, &reg_socket, &dra_socket, &metrics)?;
+    if let Some(addr) = config.http_addr {
+        let state = http::HttpState {
+            metrics: metrics.clone(),
+            registration,
+            published,
+        };
+        serve_http(addr, state, config.instance.is_some()).await?;
+    } else {
+        tracing::info!("http endpoint disabled");
+    }
+    Ok(Serving {
+        inventory: inventory_rx,
+        attributes: attributes_tx,
+        sockets: vec![reg_socket, dra_socket],
+        verdicts: followers.verdicts,
+        health_events: followers.health_events,
+        slot: slot_tx,
+        lock,
+        parts: StateParts {
+            config,
+            claims,
+            metrics,
+            attributes,
+        },
+    })
+}
 
+/// Serves HTTP on `addr`. With `wait` (an agent with an instance ID) an
+/// address in use is an older agent of a rolling update on the host's
+/// network: its endpoint answers the probes meanwhile, and this one binds
+/// as soon as the older one has exited (tried every second).
+async fn serve_http(addr: SocketAddr, state: http::HttpState, wait: bool) -> Result<()> {
+    let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
+    match http::serve(addr, state.clone()).await {
+        Ok((bound, server)) => {
+            tokio::spawn(server);
+            tracing::info!(%bound, "http serving");
+        }
+        Err(error) if wait && in_use(&error) => {
+            tracing::info!(%addr, "http address in use (an older agent?): binding when it is free");
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    match http::serve(addr, state.clone()).await {
+                        Ok((bound, server)) => {
+                            tracing::info!(%bound, "http serving");
+                            return server.await;
+                        }
+                        Err(error) if in_use(&error) => {}
+                        Err(error) => {
+                            return tracing::error!(%addr, %error, "cannot serve http");
+                        }
+                    }
+                }
+            });
+        }
+        Err(error) => return Err(error).with_context(|| format!("failed to listen on {addr}")),
+    }
+    Ok(())
+}
+
+async fn lock_state_dir(config: &NodeConfig) -> Result<state_lock::StateLock> {
+    let lock = state_lock::acquire(&config.state_dir, config.state_lock_wait).await?;
+    tracing::info!(lock = %lock.path().display(), "state directory locked");
+    Ok(lock)
+}
+
+/// What [`spawn_refresher`] hands on: the health reports for the kubelet,
+/// the counter health verdicts the publisher taints by, and the counter
+/// health Events for the Node (`None` without counter health).
+struct Followers {
+    reports: watch::Receiver<Arc<health::HealthReport>>,
+    verdicts: watch::Receiver<Arc<Verdicts>>,
+    health_events: Option<tokio::sync::mpsc::Receiver<health::counters::HealthEvent>>,
+}
+
+/// The refresh loop (health reports, the NICs' error counters and the
+/// inventory), on a task of its own, after a first read of the counters
+/// (their baseline: rates from the first tick on).
+async fn spawn_refresher(
+    config: &NodeConfig,
+    discovery: DiscoveryConfig,
+    inventory: watch::Sender<Arc<Inventory>>,
+    metrics: &Arc<Metrics>,
+) -> Followers {
+    let (reports_tx, reports) = watch::channel(Arc::default());
+    let (counters, verdicts, health_events) = match config.counter_health.clone() {
+        Some(policy) => {
+            let (counters, followers) = CounterHealth::new(
+                config.sysfs_root.clone(),
+                &config.scope.driver,
+                policy,
+                metrics.clone(),
+            );
+            (Some(counters), followers.verdicts, Some(followers.events))
+        }
+        None => (None, watch::channel(Arc::default()).1, None),
+    };
+    let mut refresher = Refresher {
+        sysfs_root: config.sysfs_root.clone(),
+        discovery,
+        interval: config.refresh_every,
+        inventory,
+        reports: reports_tx,
+        metrics: metrics.clone(),
+        links: subscribe_links(),
+        uevents: subscribe_uevents(),
+        rescan_every: config.rescan_every,
+        full_rescan_every: config.full_rescan_every,
+        counters,
+        started: tokio::time::Instant::now(),
+    };
+    refresher.poll_counters().await;
+    refresher.report();
+    tokio::spawn(refresher.run());
+    Followers {
+        reports,
+        verdicts,
+        health_events,
+    }
+}
+
+/// Serves `DRAPlugin` v1 and v1beta1 and `DRAResourceHealth` v1 and
+/// v1alpha1 on `socket`.
+fn serve_dra(
+    config: &NodeConfig,
+    socket: &std::path::Path,
+    slot: plugin::grpc::DriverSlot,
+    reports: watch::Receiver<Arc<health::HealthReport>>,
+) -> Result<()> {
+    let timeout =
+        i64::try_from(config.refresh_every.as_secs().saturating_mul(3).max(30)).unwrap_or(i64::MAX);
+    let health_service = health::HealthService::new(&config.scope.pool, reports, timeout);
+    let incoming = kubelet_api::uds::bind(socket)?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::dra_plugin_server::DraPluginServer::new(
+                plugin::grpc::V1(slot.clone()),
+            ))
+            .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
+                plugin::grpc::V1beta1(slot),
+            ))
+            .add_service(
+                health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                    health_service.clone(),
+                ),
+            )
+            .add_service(
+                health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+                    health_service,
+                ),
+            )
+            .serve_with_incoming(incoming),
+    );
+    Ok(())
+}
+
+/// Serves the registration socket; the registration status it reports.
+fn serve_registration(
+    config: &NodeConfig,
+    socket: &std::path::Path,
+    dra_socket: &std::path::Path,
+    metrics: &Arc<Metrics>,
+) -> Result<watch::Receiver<plugin::registration::Registration>> {
+    let registration = RegistrationService::new(
+        &config.scope.driver,
+        dra_socket.to_path_buf(),
+        metrics.clone(),
+    );
+    let status = registration.status();
+    let incoming = kubelet_api::uds::bind(socket)?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(reg::registration_server::RegistrationServer::new(
+                registration,
+            ))
+            .serve_with_incoming(incoming),
+    );
+    tracing::info!(registration = %socket.display(), "DRA plugin serving");
+    Ok(status)
+}
+
+impl Serving {
+    /// Second phase: locks the state directory (waiting, with an instance
+    /// ID, for an older agent of the node to let go of it), loads the
+    /// checkpoint, reconciles the CDI dir with it, rebuilds every prepared
+    /// claim's spec from today's devices, and hands the driver to the
+    /// waiting gRPC services. The lock is held until the agent exits.
+    pub async fn own_state(&mut self) -> Result<Arc<Driver>> {
+        if self.lock.is_none() {
+            self.lock = Some(lock_state_dir(&self.parts.config).await?);
+        }
+        let driver = open_state(&self.parts, self.inventory.clone()).await?;
+        self.slot.send_replace(Some(driver.clone()));
+        Ok(driver)
+    }
+}
+
+/// Loads the checkpoint and builds the driver on it (see
+/// [`Serving::own_state`]).
+async fn open_state(
+    parts: &StateParts,
+    inventory: watch::Receiver<Arc<Inventory>>,
+) -> Result<Arc<Driver>> {
+    let config = &parts.config;
     let boot = checkpoint::journal::boot_id(&config.boot_id_file);
     let store = Arc::new(CheckpointStore::open_in_boot(&config.state_dir, &boot)?);
     let rebooted = store.previous_boot().map(str::to_string);
@@ -158,7 +433,6 @@ pub async fn start(
     }
     let cdi = CdiDir::open(&config.cdi_dir)?;
     let mut reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
-    let (attributes_tx, attributes) = watch::channel(None);
     // Built with the flag off too: claims prepared while it was on still
     // get their metadata removed.
     let files = metadata::MetadataFiles::new(&config.scope.driver, &config.plugin_dir, cdi.clone());
@@ -168,39 +442,40 @@ pub async fn start(
     let metadata = Some(plugin::MetadataParts {
         files,
         write: config.device_metadata,
-        attributes,
+        attributes: parts.attributes.clone(),
     });
-
     let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sandboxes = Arc::new(sandbox::Sandboxes::new(
-        store.clone(),
-        &config.sysfs_root,
-        Some(status_tx.clone()),
-        config.nri.is_some(),
-        Arc::new(rdma_netns::Kernel),
-    ));
+    let sandboxes = Arc::new(
+        sandbox::Sandboxes::new(
+            store.clone(),
+            &config.sysfs_root,
+            Some(status_tx.clone()),
+            config.nri.is_some(),
+            Arc::new(rdma_netns::Kernel),
+        )
+        .with_netdev_gates(&config.cdi_dir),
+    );
     if let Some(nri) = &config.nri {
         tokio::spawn(sandbox::follow_runtime(nri.clone(), sandboxes.clone()));
     }
     tokio::spawn(plugin::status::run(
         status_rx,
-        claims.clone(),
+        parts.claims.clone(),
         config.scope.clone(),
-        inventory_rx.clone(),
+        inventory.clone(),
     ));
     let driver = Arc::new(Driver::new(DriverParts {
         scope: config.scope.clone(),
-        claims,
-        inventory: inventory_rx.clone(),
+        claims: parts.claims.clone(),
+        inventory,
         store,
         cdi,
         dev: config.dev.clone(),
-        metrics: metrics.clone(),
+        metrics: parts.metrics.clone(),
         status: Some(status_tx),
         metadata,
         sandboxes: Some(sandboxes),
     }));
-
     let refreshed = driver.refresh_all().await;
     tracing::info!(
         claims = driver.prepared_claims(),
@@ -208,14 +483,9 @@ pub async fn start(
         rewritten = ?refreshed.rewritten,
         "checkpoint reconciled with the CDI directory and today's devices"
     );
-    let lost: Vec<String> = refreshed
-        .failed
-        .iter()
-        .map(|(uid, _)| uid.clone())
-        .collect();
+    let lost: Vec<String> = refreshed.failed.into_iter().map(|(uid, _)| uid).collect();
     driver.report_all(&lost);
     tokio::spawn(plugin::follow_inventory(driver.clone()));
-
     if let Some(every) = config.sweep_every {
         tokio::spawn(plugin::sweep::run(driver.clone(), every));
     }
@@ -224,85 +494,7 @@ pub async fn start(
         // at the first sweep interval.
         tokio::spawn(plugin::sweep::once(driver.clone()));
     }
-
-    let (reports_tx, reports_rx) = watch::channel(Arc::default());
-    let refresher = Refresher {
-        sysfs_root: config.sysfs_root.clone(),
-        discovery,
-        interval: config.refresh_every,
-        inventory: inventory_tx,
-        reports: reports_tx,
-        metrics: metrics.clone(),
-        links: subscribe_links(),
-        uevents: subscribe_uevents(),
-        rescan_every: config.rescan_every,
-        full_rescan_every: config.full_rescan_every,
-    };
-    refresher.report();
-    tokio::spawn(refresher.run());
-
-    let timeout =
-        i64::try_from(config.refresh_every.as_secs().saturating_mul(3).max(30)).unwrap_or(i64::MAX);
-    let health_service = health::HealthService::new(&config.scope.pool, reports_rx, timeout);
-    let dra_socket = config.plugin_dir.join(DRA_SOCKET);
-    let dra_incoming = kubelet_api::uds::bind(&dra_socket)?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(v1::dra_plugin_server::DraPluginServer::new(
-                plugin::grpc::V1(driver.clone()),
-            ))
-            .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
-                plugin::grpc::V1beta1(driver.clone()),
-            ))
-            .add_service(
-                health_v1::dra_resource_health_server::DraResourceHealthServer::new(
-                    health_service.clone(),
-                ),
-            )
-            .add_service(
-                health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
-                    health_service,
-                ),
-            )
-            .serve_with_incoming(dra_incoming),
-    );
-
-    let registration = RegistrationService::new(&config.scope.driver, dra_socket, metrics.clone());
-    let registration_rx = registration.status();
-    let reg_socket = config
-        .registry_dir
-        .join(format!("{}-reg.sock", config.scope.driver));
-    let reg_incoming = kubelet_api::uds::bind(&reg_socket)?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(reg::registration_server::RegistrationServer::new(
-                registration,
-            ))
-            .serve_with_incoming(reg_incoming),
-    );
-    tracing::info!(registration = %reg_socket.display(), "DRA plugin serving");
-
-    match config.http_addr {
-        Some(addr) => {
-            let state = http::HttpState {
-                metrics,
-                registration: registration_rx,
-                published,
-            };
-            let (bound, server) = http::serve(addr, state)
-                .await
-                .with_context(|| format!("failed to listen on {addr}"))?;
-            tokio::spawn(server);
-            tracing::info!(%bound, "http serving");
-        }
-        None => tracing::info!("http endpoint disabled"),
-    }
-
-    Ok(Started {
-        inventory: inventory_rx,
-        attributes: attributes_tx,
-        sockets: vec![reg_socket, config.plugin_dir.join(DRA_SOCKET)],
-    })
+    Ok(driver)
 }
 
 /// Kernel link events for the refresher; `None` (logged) where the host

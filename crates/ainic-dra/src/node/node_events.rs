@@ -1,6 +1,7 @@
 //! Events about this node's agent, posted on its Node object, where
 //! `kubectl describe node` shows them: why the agent publishes less than
-//! its configuration asks for, and when that is over.
+//! its configuration asks for, and when that is over; a NIC whose hardware
+//! error counters cross a threshold, and its recovery.
 //!
 //! `events.k8s.io/v1` Events in the `default` namespace (where the kubelet
 //! and client-go put Events about cluster-scoped objects). Posting is best
@@ -48,6 +49,7 @@ pub struct KubeNodeEvents {
     regarding: ObjectReference,
     controller: String,
     instance: String,
+    action: &'static str,
 }
 
 impl KubeNodeEvents {
@@ -65,7 +67,15 @@ impl KubeNodeEvents {
             },
             controller: format!("{driver}/node-agent"),
             instance: name,
+            action: "PublishResourceSlices",
         }
+    }
+
+    /// The same, for Events of another action (default
+    /// `PublishResourceSlices`), e.g. `AssessNicHealth`.
+    pub fn with_action(mut self, action: &'static str) -> Self {
+        self.action = action;
+        self
     }
 
     fn event(&self, kind: EventType, reason: &str, note: &str) -> Event {
@@ -77,7 +87,7 @@ impl KubeNodeEvents {
                 ..ObjectMeta::default()
             },
             event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-            action: Some("PublishResourceSlices".into()),
+            action: Some(self.action.into()),
             reason: Some(reason.into()),
             note: Some(truncated(note)),
             type_: Some(format!("{kind:?}")),

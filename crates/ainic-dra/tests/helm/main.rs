@@ -95,6 +95,7 @@ fn check_all_typed(objects: &[Rendered]) {
                     | "Service"
                     | "DaemonSet"
                     | "Deployment"
+                    | "Job"
                     | "Role"
                     | "RoleBinding"
             )
@@ -146,6 +147,8 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
         [
             "ClusterRole",
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "ClusterRoleBinding",
             "DaemonSet",
@@ -154,11 +157,16 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
             "DeviceClass",
             "DeviceClass",
             "DeviceClass",
+            "Job",
+            "Role",
             "Role",
             "RoleBinding",
+            "RoleBinding",
+            "Service",
             "Service",
             "ServiceAccount",
             "ServiceAccount",
+            "ServiceAccount",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicy",
@@ -167,10 +175,21 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
             "ValidatingAdmissionPolicyBinding",
+            "ValidatingWebhookConfiguration",
         ]
     );
     let args = args(&objects);
     assert_binary_accepts(&args);
+    let cleanup = named(&objects, "Job", "-cleanup");
+    let cleanup_args: Vec<String> = serde_json::from_value(
+        cleanup["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+    )
+    .unwrap();
+    assert_binary_accepts(&cleanup_args);
+    assert_eq!(
+        cleanup["metadata"]["annotations"]["helm.sh/hook"], "post-delete",
+        "the cleanup runs after helm uninstall deleted the agents"
+    );
     let controller = named(&objects, "Deployment", "-controller");
     let controller_args: Vec<String> =
         (controller["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -240,6 +259,56 @@ fn classic_path_and_options_render_and_are_accepted_by_the_agent() {
     let mounts = mounts(&objects);
     assert!(mounts.contains(&("/var/lib/kubelet/device-plugins".into(), false)));
     assert!(mounts.contains(&("/etc/ainic-dra".into(), true)));
+}
+
+#[test]
+fn health_values_render_as_counter_health_flags_the_agent_accepts() {
+    let defaults = args(&render(json!({})));
+    for wanted in [
+        "--health-counters=true",
+        "--health-window=60",
+        "--health-quiet-period=300",
+    ] {
+        assert!(
+            defaults.iter().any(|a| a == wanted),
+            "{wanted} missing from {defaults:?}"
+        );
+    }
+    assert!(!defaults.iter().any(|a| a.starts_with("--health-threshold")));
+    let objects = render(json!({"health": {
+        "counters": true,
+        "window": 30,
+        "quietPeriod": 120,
+        // `off` as YAML writes it unquoted: false.
+        "thresholds": {"symbol_error": "5,100", "hw_counters/out_of_buffer": "-,1000", "link_downed": false},
+    }}));
+    let args = args(&objects);
+    assert_binary_accepts(&args);
+    let thresholds: Vec<&String> = args
+        .iter()
+        .filter(|a| a.starts_with("--health-threshold"))
+        .collect();
+    assert_eq!(
+        thresholds,
+        [
+            "--health-threshold=hw_counters/out_of_buffer=-,1000",
+            "--health-threshold=link_downed=off",
+            "--health-threshold=symbol_error=5,100",
+        ]
+    );
+    for wanted in ["--health-window=30", "--health-quiet-period=120"] {
+        assert!(
+            args.iter().any(|a| a == wanted),
+            "{wanted} missing from {args:?}"
+        );
+    }
+    let off = args_of(json!({"health": {"counters": false}}));
+    assert!(off.contains(&"--health-counters=false".to_string()));
+    assert_binary_accepts(&off);
+}
+
+fn args_of(values: Value) -> Vec<String> {
+    args(&render(values))
 }
 
 /// (mountPath, readOnly) of the agent, after checking each mount names a
@@ -426,6 +495,12 @@ fn controller_rbac_is_least_privilege_and_off_when_disabled() {
                 .map(|v| format!("resource.k8s.io/resourceclaims {v}")),
         )
         .chain(["events.k8s.io/events create".to_string()])
+        // The NicConfig webhook: the classes a claim names, its own caBundle.
+        .chain([
+            "resource.k8s.io/deviceclasses get".to_string(),
+            "admissionregistration.k8s.io/validatingwebhookconfigurations get".to_string(),
+            "admissionregistration.k8s.io/validatingwebhookconfigurations update".to_string(),
+        ])
         .collect();
     let mut wanted = wanted;
     wanted.sort();
@@ -434,11 +509,35 @@ fn controller_rbac_is_least_privilege_and_off_when_disabled() {
     assert_eq!(
         grants_of(lease),
         [
+            "/secrets create",
+            "/secrets get",
+            "/secrets update",
             "coordination.k8s.io/leases create",
             "coordination.k8s.io/leases get",
             "coordination.k8s.io/leases update"
         ]
     );
+    // Reading and rewriting: only its own Secret and configuration.
+    for (kind, suffix, resource, name) in [
+        (
+            "ClusterRole",
+            "-controller",
+            "validatingwebhookconfigurations",
+            "ainic-dra-nicconfig",
+        ),
+        ("Role", "-controller", "secrets", "ainic-dra-webhook-tls"),
+    ] {
+        let rules = named(&objects, kind, suffix)["rules"]
+            .as_array()
+            .unwrap()
+            .clone();
+        for rule in rules.iter().filter(|r| r["resources"][0] == resource) {
+            let verbs = rule["verbs"].as_array().unwrap();
+            if verbs.iter().any(|v| v == "get" || v == "update") {
+                assert_eq!(rule["resourceNames"], json!([name]), "{rule}");
+            }
+        }
+    }
     let deployment = named(&objects, "Deployment", "-controller");
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(
@@ -554,17 +653,34 @@ fn chart_device_classes_equal_the_shipped_ones() {
 #[test]
 fn metrics_service_selects_the_agent_pods() {
     let objects = render(json!({}));
-    let service = find(&objects, "Service")[0];
+    let service = named(&objects, "Service", "-metrics");
     let pod_labels = &daemonset(&objects)["spec"]["template"]["metadata"]["labels"];
     for (k, v) in service["spec"]["selector"].as_object().unwrap() {
         assert_eq!(&pod_labels[k], v, "selector {k}");
     }
-    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], 8080);
+    // On the host network a container port is a host port: the surge pod
+    // of a rolling update could not be scheduled beside the old one.
+    assert!(
+        container(&objects)["ports"].is_null(),
+        "the agent declares no container port"
+    );
     let off = render(json!({"metrics": {"enabled": false}}));
-    assert!(find(&off, "Service").is_empty());
+    assert!(metrics_services(&off).is_empty());
     let args = args(&off);
     assert!(args.contains(&"--http-addr=".to_string()));
     assert_binary_accepts(&args);
+}
+
+/// The agents' metrics Services (the webhook has one of its own).
+fn metrics_services(objects: &[Rendered]) -> Vec<&Value> {
+    (find(objects, "Service").into_iter())
+        .filter(|s| {
+            s["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-metrics"))
+        })
+        .collect()
 }
 
 /// The probes' and the scraper's view of the agent's port, per
@@ -598,7 +714,7 @@ fn the_http_endpoint_binds_the_node_ip_by_default_not_every_interface() {
     );
     // The kubelet probes a hostNetwork pod on the node's IP: no host needed.
     assert_eq!(probe_hosts, [Value::Null, Value::Null]);
-    assert_eq!(find(&objects, "Service").len(), 1);
+    assert_eq!(metrics_services(&objects).len(), 1);
     for ip in ["10.0.0.5", "fd00::5"] {
         assert_binary_accepts_on(&args(&objects), ip);
     }
@@ -609,7 +725,7 @@ fn the_http_endpoint_binds_the_node_ip_by_default_not_every_interface() {
     assert_eq!(host_ip.len(), 1, "set, unused");
     assert_eq!(probe_hosts, [json!("127.0.0.1"), json!("127.0.0.1")]);
     assert!(
-        find(&loopback, "Service").is_empty(),
+        metrics_services(&loopback).is_empty(),
         "nothing to scrape off the node"
     );
     assert_binary_accepts(&args(&loopback));
@@ -873,4 +989,127 @@ fn bad_tenant_values_fail_the_render_with_the_reason() {
         alone.contains("tenants.sticky needs controller.enabled"),
         "{alone}"
     );
+}
+
+/// The controller's container arguments.
+fn controller_args(objects: &[Rendered]) -> Vec<String> {
+    let deployment = named(objects, "Deployment", "-controller");
+    (deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array())
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Issue 33 item 1: the NicConfig webhook, served by the controller.
+#[test]
+fn the_nicconfig_webhook_is_the_controllers_and_judges_only_nicconfigs() {
+    let objects = render(json!({"driverName": "nic.example.com"}));
+    let config = named(&objects, "ValidatingWebhookConfiguration", "-nicconfig");
+    let webhooks = config["webhooks"].as_array().unwrap();
+    let resources: Vec<&Value> = webhooks
+        .iter()
+        .map(|w| &w["rules"][0]["resources"][0])
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            &json!("resourceclaims"),
+            &json!("resourceclaimtemplates"),
+            &json!("deviceclasses")
+        ]
+    );
+    for w in webhooks {
+        // Ignore by default: the agent checks again at prepare.
+        assert_eq!(w["failurePolicy"], "Ignore", "{w}");
+        assert_eq!(w["matchPolicy"], "Equivalent", "{w}");
+        assert_eq!(w["rules"][0]["apiVersions"], json!(["v1"]), "{w}");
+        assert_eq!(w["sideEffects"], "None", "{w}");
+        let condition = w["matchConditions"][0]["expression"].as_str().unwrap();
+        assert!(
+            condition.contains("c.opaque.driver == 'nic.example.com'"),
+            "{condition}"
+        );
+        let service = &w["clientConfig"]["service"];
+        assert_eq!(service["name"], "ainic-dra-webhook", "{w}");
+        assert_eq!(service["path"], "/validate", "{w}");
+        // No caBundle in a fresh render: the controller injects it.
+        assert!(w["clientConfig"].get("caBundle").is_none(), "{w}");
+    }
+    assert_eq!(
+        webhooks[2]["rules"][0]["operations"],
+        json!(["CREATE", "UPDATE"])
+    );
+    let service = named(&objects, "Service", "-webhook");
+    assert_eq!(
+        service["spec"]["selector"]["app.kubernetes.io/component"],
+        "controller"
+    );
+    let args = controller_args(&objects);
+    for wanted in [
+        "--webhook-addr=0.0.0.0:9443",
+        "--webhook-secret=ainic-dra-webhook-tls",
+        "--webhook-configuration=ainic-dra-nicconfig",
+        "--webhook-hosts=ainic-dra-webhook.ainic-system.svc",
+    ] {
+        assert!(args.iter().any(|a| a == wanted), "{wanted} not in {args:?}");
+    }
+    assert_binary_accepts(&args);
+    let pod = &named(&objects, "Deployment", "-controller")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["readinessProbe"]["httpGet"]["scheme"],
+        "HTTPS"
+    );
+
+    // A controller the API server calls by URL: no Service, the
+    // certificate for the URL's host.
+    let by_url = render(json!({"admission": {"webhook": {
+        "url": "https://127.0.0.1:9443/validate", "failurePolicy": "Fail"}}}));
+    let config = named(&by_url, "ValidatingWebhookConfiguration", "-nicconfig");
+    assert_eq!(
+        config["webhooks"][0]["clientConfig"]["url"],
+        "https://127.0.0.1:9443/validate"
+    );
+    assert_eq!(config["webhooks"][0]["failurePolicy"], "Fail");
+    assert!(
+        find(&by_url, "Service")
+            .iter()
+            .all(|s| s["metadata"]["name"] != "ainic-dra-webhook")
+    );
+    assert!(
+        controller_args(&by_url)
+            .iter()
+            .any(|a| a == "--webhook-hosts=127.0.0.1")
+    );
+    let v6 = render(json!({"admission": {"webhook": {"url": "https://[::1]:9443/validate"}}}));
+    assert!(
+        controller_args(&v6)
+            .iter()
+            .any(|a| a == "--webhook-hosts=::1")
+    );
+
+    // Off: no configuration, no flags, no grants.
+    let off = render(json!({"admission": {"webhook": {"enabled": false}}}));
+    assert!(find(&off, "ValidatingWebhookConfiguration").is_empty());
+    assert!(
+        !controller_args(&off)
+            .iter()
+            .any(|a| a.starts_with("--webhook"))
+    );
+    assert!(
+        !grants_of(named(&off, "Role", "-controller"))
+            .iter()
+            .any(|g| g.contains("secrets"))
+    );
+    let bad = helm::template(
+        &chart_dir(),
+        RELEASE.name,
+        RELEASE.namespace,
+        &json!({"admission": {"webhook": {"failurePolicy": "Sometimes"}}}),
+        KUBE_VERSION,
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(bad.contains("\"Sometimes\" is not Ignore or Fail"), "{bad}");
 }

@@ -4,9 +4,10 @@
 //! API server would reject or silently drop) fails the test.
 
 use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::resource::v1::DeviceClass;
@@ -24,6 +25,7 @@ pub fn check_typed(object: &Value) -> Result<(), String> {
         ("v1", "Service") => roundtrip::<Service>(object),
         ("apps/v1", "DaemonSet") => roundtrip::<DaemonSet>(object),
         ("apps/v1", "Deployment") => roundtrip::<Deployment>(object),
+        ("batch/v1", "Job") => roundtrip::<Job>(object),
         ("rbac.authorization.k8s.io/v1", "Role") => roundtrip::<Role>(object),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => roundtrip::<RoleBinding>(object),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => roundtrip::<ClusterRole>(object),
@@ -36,6 +38,9 @@ pub fn check_typed(object: &Value) -> Result<(), String> {
         }
         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
             roundtrip::<ValidatingAdmissionPolicyBinding>(object)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+            roundtrip::<ValidatingWebhookConfiguration>(object)
         }
         other => Err(format!("unexpected object type {other:?}")),
     }

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use testkit::testbed::Testbed;
+
 use crate::support::*;
 
 const JOB: &str = r#"
@@ -36,11 +38,62 @@ spec:
         exactly: {deviceClassName: ainic-pf}
 "#;
 
+/// The partition devices the controller published (not bound to a node).
+fn partitions(bed: &Testbed) -> Vec<String> {
+    let slices = bed.get_json(&["get", "resourceslices"]).unwrap_or_default();
+    (slices["items"].as_array().into_iter().flatten())
+        .filter(|s| s["spec"]["driver"] == "ainic.amd.com" && s["spec"]["nodeName"].is_null())
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|d| d["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Waits for pod `name` to be bound to a node. The job needs two NICs of
+/// one node while the main cluster's other tests hold or taint NICs of
+/// both, and the real scheduler may park an unschedulable pod until an
+/// event it deems relevant, or for up to five minutes (its unschedulable
+/// pods' flush): hence six. On failure, shows who holds what (this test's
+/// earlier failures turned out to be a controller without partitions: see
+/// docs/testing.md, "two controllers on one host network").
+fn wait_scheduled(bed: &Testbed, ns: &str, name: &str) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(360) {
+        let pod = bed
+            .get_json(&["get", "pod", "-n", ns, name])
+            .unwrap_or_default();
+        if pod["spec"]["nodeName"].is_string() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let claims = bed
+        .kubectl(&["get", "resourceclaims", "-A", "-o", "wide"])
+        .unwrap_or_else(|e| e);
+    let events = events_of(bed, ns, name);
+    panic!(
+        "pod {ns}/{name} not scheduled within 360 s\n{events}\nclaims:\n{claims}\npartitions: {:?}\nnode-1: {:?}\nnode-2: {:?}",
+        partitions(bed),
+        published(bed, "node-1").keys().collect::<Vec<_>>(),
+        published(bed, "node-2").keys().collect::<Vec<_>>(),
+    );
+}
+
 #[test]
 fn a_jobs_pods_land_in_one_partition_each_with_its_nodes_nic() {
     let bed = main_cluster();
     let ns = "fabric-job";
     namespace(bed, ns, &[]);
+    bed.eventually(
+        "the controller published both partitions",
+        Duration::from_secs(120),
+        || {
+            let published = partitions(bed);
+            let both = ["p-a", "p-b"]
+                .iter()
+                .all(|p| published.iter().any(|d| d.contains(p)));
+            both.then_some(())
+        },
+    );
     bed.apply(JOB);
     let claims = [
         Claim::Shared("fabric", "job"),
@@ -48,6 +101,9 @@ fn a_jobs_pods_land_in_one_partition_each_with_its_nodes_nic() {
     ];
     for name in ["rank-0", "rank-1"] {
         bed.apply(&pod(ns, name, &claims, json!({})));
+    }
+    for name in ["rank-0", "rank-1"] {
+        wait_scheduled(bed, ns, name);
     }
     let seen: Vec<Seen> = ["rank-0", "rank-1"]
         .iter()

@@ -8,6 +8,8 @@
 mod support;
 
 mod classic;
+mod counters;
+mod day2;
 mod extended;
 mod fabric;
 mod health;

@@ -11,8 +11,11 @@ use testkit::testbed::{Testbed, UpOptions, Version};
 
 /// Where the chart is installed.
 pub const CHART_NS: &str = "ainic-system";
-/// How long a pod may take to start (image already on the node).
-pub const POD_START: Duration = Duration::from_secs(90);
+/// How long a pod may take to start (image already on the node). The main
+/// cluster's tests run side by side on two 2-core nodes and take its NICs
+/// from each other for a while (the counters test keeps a NIC tainted for
+/// up to ~100 s): a pod may wait that long for a free NIC.
+pub const POD_START: Duration = Duration::from_secs(180);
 /// The workload image every test pod runs (busybox: sh, env, ls, cat, ip).
 pub const TOOLS: &str = "docker.io/ainic-testbed/tools:latest";
 
@@ -58,6 +61,8 @@ fn main_values() -> Value {
             "node-2": {"fabric": "p-b"},
         }}},
         "tenants": {"names": ["team-a"]},
+        // Counter health recovers 20 s after the errors leave the window.
+        "health": {"quietPeriod": 20},
         "extendedResources": {"enabled": true},
         "netdevMode": {"enabled": true},
     })
@@ -209,6 +214,19 @@ fn parse(text: &str, node: String) -> Seen {
         links: section("--- links", "\nEND"),
         node,
     }
+}
+
+/// The events of pod `ns/name`, as kubectl prints them (or its error).
+pub fn events_of(bed: &Testbed, ns: &str, name: &str) -> String {
+    bed.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        &format!("involvedObject.name={name}"),
+    ])
+    .unwrap_or_else(|e| e)
 }
 
 /// Deletes pod `name` and waits until it is gone.

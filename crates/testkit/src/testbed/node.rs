@@ -120,15 +120,12 @@ impl Testbed {
     /// waiting for its pods to be ready.
     pub fn install_chart(&self, release: &str, namespace: &str, values: &Value) {
         let extra = helm::values_file(values);
-        let kubeconfig = self.kubeconfig();
         let chart = repo_root().join("deploy/helm/ainic-dra");
         let node_values = self.dir.join("node-values.yaml");
-        helm::run(&[
+        self.helm(&[
             "install",
             release,
             chart.to_str().expect("UTF-8 path"),
-            "--kubeconfig",
-            kubeconfig.to_str().expect("UTF-8 path"),
             "--namespace",
             namespace,
             "--create-namespace",
@@ -141,30 +138,122 @@ impl Testbed {
             "120s",
         ])
         .unwrap_or_else(|e| panic!("{e}\nagent logs:\n{}", self.agent_logs(namespace)));
-        // helm's --wait does not wait for a DaemonSet's pods to be ready.
+        self.wait_agents(namespace);
+    }
+
+    /// Upgrades release `release` in `namespace` to the chart of the work
+    /// tree with the real nodes' values plus `values` (all given again, as
+    /// `--reuse-values` would miss values the new chart added); does not
+    /// wait for the rollout ([`Testbed::wait_agents`]).
+    pub fn upgrade_chart(&self, release: &str, namespace: &str, values: &Value) {
+        let extra = helm::values_file(values);
+        let chart = repo_root().join("deploy/helm/ainic-dra");
+        let node_values = self.dir.join("node-values.yaml");
+        self.helm(&[
+            "upgrade",
+            release,
+            chart.to_str().expect("UTF-8 path"),
+            "--namespace",
+            namespace,
+            "-f",
+            node_values.to_str().expect("UTF-8 path"),
+            "-f",
+            extra.path().to_str().expect("UTF-8 path"),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Runs the real helm with `args` against this testbed (`--kubeconfig`
+    /// added); `Err` carries its stderr.
+    pub fn helm(&self, args: &[&str]) -> Result<String, String> {
+        let kubeconfig = self.kubeconfig();
+        let mut all = args.to_vec();
+        all.extend(["--kubeconfig", kubeconfig.to_str().expect("UTF-8 path")]);
+        helm::run(&all)
+    }
+
+    /// Waits until the node agents' DaemonSet in `namespace` has rolled out:
+    /// one agent per node, none terminating (a surge leaves an old one
+    /// beside each new one for a while), all Ready.
+    pub fn wait_agents(&self, namespace: &str) {
         self.kubectl(&[
             "rollout",
             "status",
             "daemonset",
             "-n",
             namespace,
-            "-l",
-            "app.kubernetes.io/component=node-agent",
-            "--timeout=120s",
+            "--timeout=180s",
         ])
-        .and_then(|_| {
-            self.kubectl(&[
-                "wait",
-                "--for=condition=Ready",
-                "pod",
-                "-n",
-                namespace,
-                "-l",
-                "app.kubernetes.io/component=node-agent",
-                "--timeout=120s",
-            ])
-        })
         .unwrap_or_else(|e| panic!("{e}\nagent logs:\n{}", self.agent_logs(namespace)));
+        let start = Instant::now();
+        while !self.agents_settled(namespace) {
+            assert!(
+                start.elapsed() < Duration::from_secs(180),
+                "the node agents did not settle (one per node, Ready, none terminating) within 180 s\nagent logs:\n{}",
+                self.agent_logs(namespace)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn agents_settled(&self, namespace: &str) -> bool {
+        let selector = "app.kubernetes.io/component=node-agent";
+        let (Ok(sets), Ok(pods)) = (
+            self.get_json(&["get", "daemonset", "-n", namespace]),
+            self.get_json(&["get", "pod", "-n", namespace, "-l", selector]),
+        ) else {
+            return false;
+        };
+        let want: u64 = (sets["items"].as_array().into_iter().flatten())
+            .filter_map(|d| d["status"]["desiredNumberScheduled"].as_u64())
+            .sum();
+        let pods = pods["items"].as_array().cloned().unwrap_or_default();
+        let ready = |p: &Value| {
+            (p["status"]["conditions"].as_array().into_iter().flatten())
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        };
+        pods.len() as u64 == want
+            && pods
+                .iter()
+                .all(|p| p["metadata"]["deletionTimestamp"].is_null() && ready(p))
+    }
+
+    /// Runs the testbed's `ctr` inside node K (containerd's `k8s.io`
+    /// namespace, where the kubelet's images and containers are).
+    pub fn ctr(&self, k: usize, args: &[&str]) -> Output {
+        let ctr = binaries("containerd").join("ctr");
+        let mut all = vec![ctr.to_str().expect("UTF-8 path"), "-n", "k8s.io"];
+        all.extend(args);
+        self.in_node(k, &all)
+    }
+
+    /// Runs the testbed's `crictl` inside node K against its containerd.
+    pub fn crictl(&self, k: usize, args: &[&str]) -> Output {
+        let crictl = binaries("crictl").join("crictl");
+        let mut all = vec![
+            crictl.to_str().expect("UTF-8 path"),
+            "--runtime-endpoint",
+            "unix:///run/containerd/containerd.sock",
+        ];
+        all.extend(args);
+        self.in_node(k, &all)
+    }
+
+    /// Restarts `part` of node K as an operator would: `kubelet`,
+    /// `containerd` (containers live on) or `reboot` (see `scripts/testbed
+    /// restart`).
+    pub fn restart(&self, k: usize, part: &str) {
+        let node = format!("node-{k}");
+        let out = Command::new(repo_root().join("scripts/testbed"))
+            .args(["restart", "--dir", self.dir.to_str().expect("UTF-8 path")])
+            .args([node.as_str(), part])
+            .output()
+            .expect("run scripts/testbed restart");
+        assert!(
+            out.status.success(),
+            "scripts/testbed restart {node} {part} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The agents' logs in `namespace` (for assertion messages).

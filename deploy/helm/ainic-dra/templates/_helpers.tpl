@@ -80,3 +80,14 @@ the kubelet injects. Empty: in-cluster defaults.
 {{- fail (printf "metrics.bind %q is not one of hostIP, loopback, all" .Values.metrics.bind) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The names the API server reaches the webhook by: the host of
+admission.webhook.url, else the webhook Service's DNS name. */}}
+{{- define "ainic-dra.webhookHosts" -}}
+{{- if .Values.admission.webhook.url -}}
+{{- $host := (urlParse .Values.admission.webhook.url).host -}}
+{{- regexReplaceAll "^\\[(.*)\\](:[0-9]+)?$|:[0-9]+$" $host "${1}" -}}
+{{- else -}}
+{{ include "ainic-dra.fullname" . }}-webhook.{{ .Release.Namespace }}.svc
+{{- end -}}
+{{- end -}}

@@ -90,6 +90,7 @@ fn settings(root: &Path, config: ClassicConfig, cdi: bool) -> ClassicSettings {
         dev: DevRoots::mounted_at(&root.join("dev")),
         poll: Duration::from_millis(20),
         fabric: None,
+        instance: None,
     }
 }
 

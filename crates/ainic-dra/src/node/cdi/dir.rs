@@ -42,7 +42,6 @@ impl CdiDir {
     }
 
     /// The directory.
-    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }

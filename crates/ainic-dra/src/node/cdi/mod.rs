@@ -53,7 +53,23 @@ pub struct AttachedDevice {
     pub issm: bool,
     /// The share of a multi-allocation device, if any.
     pub share: Option<Share>,
+    /// In exclusive netdev mode: the host path of the file that exists only
+    /// while the device's netdev is in the pod ([`netdev_gate`]). It is
+    /// bind-mounted into the container, so a container whose netdev was not
+    /// moved in (the NRI plugin not connected, its hook failed) fails to
+    /// start, naming the file, instead of running without its network.
+    pub netdev_gate: Option<PathBuf>,
 }
+
+/// The gate file of `device` of claim `claim_uid` in the CDI directory
+/// `cdi_dir`: created by the NRI hooks once the netdev is in the pod,
+/// removed when it leaves (a dot file without `.json`: not a spec).
+pub fn netdev_gate(cdi_dir: &Path, claim_uid: &str, device: &str) -> PathBuf {
+    cdi_dir.join(format!(".ainic-netdev-attached-{claim_uid}-{device}"))
+}
+
+/// Where a container sees the gate file of `device`.
+pub const GATE_IN_CONTAINER: &str = "/run/ainic-dra/netdev-attached";
 
 /// One share of a device allocated with consumable capacity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -195,6 +211,12 @@ fn device_edits(d: &AttachedDevice, dev: &DevRoots) -> Result<cdi::ContainerEdit
         });
     };
     let mut nodes = vec![dev.device_node(rdma.uverbs.as_ref().expect("found above"))];
+    let mounts = d.netdev_gate.iter().map(|gate| cdi::Mount {
+        host_path: gate.display().to_string(),
+        container_path: format!("{GATE_IN_CONTAINER}/{}", d.device),
+        options: vec!["ro".into(), "nosuid".into(), "nodev".into(), "bind".into()],
+        kind: None,
+    });
     if d.umad {
         nodes.extend(rdma.umad.iter().map(|c| dev.device_node(c)));
     }
@@ -225,6 +247,7 @@ fn device_edits(d: &AttachedDevice, dev: &DevRoots) -> Result<cdi::ContainerEdit
     Ok(cdi::ContainerEdits {
         env,
         device_nodes: nodes,
+        mounts: mounts.collect(),
         ..cdi::ContainerEdits::default()
     })
 }

@@ -10,6 +10,7 @@ fn attached(i: u8, bus: u8) -> AttachedDevice {
         umad: false,
         issm: false,
         share: None,
+        netdev_gate: None,
     }
 }
 
@@ -271,5 +272,31 @@ fn a_claim_uid_that_is_not_a_uid_never_reaches_a_file_name() {
             &DevRoots::mounted_at(dir.path())
         )
         .is_ok()
+    );
+}
+
+/// Issue 31 item 5: a device in netdev mode is given its gate file, which
+/// exists only while its netdev is in the pod, so the container cannot
+/// start without its network; an RDMA-mode device gets no mount.
+#[test]
+fn a_netdev_mode_device_mounts_its_gate_file_and_an_rdma_one_nothing() {
+    let gate = netdev_gate(Path::new("/var/run/cdi"), UID, "pf-0000-0c-00-0");
+    let gated = AttachedDevice {
+        netdev_gate: Some(gate.clone()),
+        ..attached(0, 0x0c)
+    };
+    let dev = DevRoots::mounted_at(Path::new("/dev"));
+    let spec = build(UID, &[gated, attached(1, 0x2c)], None, &dev).unwrap();
+    let doc = parsed(&spec);
+    let mounts = &doc["devices"][0]["containerEdits"]["mounts"];
+    assert_eq!(mounts[0]["hostPath"], gate.display().to_string());
+    assert_eq!(
+        mounts[0]["containerPath"],
+        "/run/ainic-dra/netdev-attached/pf-0000-0c-00-0"
+    );
+    assert!(doc["devices"][1]["containerEdits"]["mounts"].is_null());
+    assert!(
+        gate.file_name().unwrap().to_str().unwrap().starts_with('.'),
+        "not a spec file the runtime would parse"
     );
 }

@@ -362,7 +362,7 @@ pub fn remove_stale_temps(path: &Path) -> Result<Vec<String>, CheckpointError> {
 }
 
 /// Writes `bytes` to `path` atomically and durably: a temp file of its own
-/// ([`temp_path`]) in the same directory, fsync, rename over `path`.
+/// (`temp_path`) in the same directory, fsync, rename over `path`.
 pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
     let io = |action, p: &Path| {
         let p = p.to_path_buf();

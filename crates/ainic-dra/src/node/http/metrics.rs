@@ -1,8 +1,11 @@
 //! Prometheus metrics of the node agent: prepare/unprepare counts, errors
-//! and latency, devices by health state, and whether the kubelet accepted
-//! the plugin.
+//! and latency, devices by health state, the NICs' hardware counter rates
+//! and health levels, and whether the kubelet accepted the plugin.
 
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+
+use dra_model::health::{Level, Transition};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -40,6 +43,53 @@ struct StateLabels {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RateLabels {
+    device: String,
+    source: String,
+    counter: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    device: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabels {
+    device: String,
+    to: &'static str,
+    counter: String,
+}
+
+/// The NICs' counter health metrics.
+#[derive(Default)]
+struct NicMetrics {
+    rates: Family<RateLabels, Gauge<f64, AtomicU64>>,
+    levels: Family<DeviceLabels, Gauge>,
+    transitions: Family<TransitionLabels, Counter>,
+}
+
+impl NicMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "ainic_dra_nic_counter_per_minute",
+            "Rate of a NIC's hardware error counter over the health window, per minute, by PF device, port or netdev, and counter",
+            self.rates.clone(),
+        );
+        registry.register(
+            "ainic_dra_nic_health_level",
+            "A PF's health by its hardware counters (its VFs share it): 0 healthy, 1 degraded, 2 unhealthy",
+            self.levels.clone(),
+        );
+        registry.register(
+            "ainic_dra_nic_health_transitions",
+            "Times a PF changed health level, by the level entered and the counter that crossed its threshold (for a recovery, the one it recovered from)",
+            self.transitions.clone(),
+        );
+    }
+}
+
 /// The registry and every metric in it.
 pub struct Metrics {
     registry: Registry,
@@ -53,6 +103,7 @@ pub struct Metrics {
     stale: Counter,
     http_accept_errors: Counter,
     http_evicted: Counter,
+    nics: NicMetrics,
 }
 
 fn latency_histogram() -> Histogram {
@@ -125,7 +176,10 @@ impl Default for Metrics {
             "HTTP connections closed to make room for a newer one at the connection cap",
             http_evicted.clone(),
         );
+        let nics = NicMetrics::default();
+        nics.register(&mut registry);
         Self {
+            nics,
             registry,
             claims,
             errors,
@@ -171,6 +225,40 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::try_from(*count).unwrap_or(i64::MAX));
         }
+    }
+
+    /// Sets the rate of one counter of a PF (`device`) port or netdev.
+    pub fn set_counter_rate(&self, device: &str, source: &str, counter: &str, per_minute: f64) {
+        let labels = RateLabels {
+            device: device.to_string(),
+            source: source.to_string(),
+            counter: counter.to_string(),
+        };
+        self.nics.rates.get_or_create(&labels).set(per_minute);
+    }
+
+    /// Forgets every counter rate (the counters read changed).
+    pub fn clear_counter_rates(&self) {
+        self.nics.rates.clear();
+    }
+
+    /// Sets a PF's health level by its counters.
+    pub fn set_nic_level(&self, device: &str, level: Level) {
+        let labels = DeviceLabels {
+            device: device.to_string(),
+        };
+        self.nics.levels.get_or_create(&labels).set(level as i64);
+    }
+
+    /// Counts a PF's change of level.
+    pub fn nic_transition(&self, device: &str, t: &Transition) {
+        let counter = t.cause.as_ref().or(t.was.as_ref());
+        let labels = TransitionLabels {
+            device: device.to_string(),
+            to: t.to.as_str(),
+            counter: counter.map(|c| c.counter.clone()).unwrap_or_default(),
+        };
+        self.nics.transitions.get_or_create(&labels).inc();
     }
 
     /// Counts claims the orphan sweep unprepared.

@@ -32,7 +32,7 @@ pub mod sweep;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use tokio::sync::watch;
@@ -102,7 +102,7 @@ pub struct DriverParts {
     pub metrics: Arc<Metrics>,
     /// Where claim status jobs go ([`status::run`]); `None` writes none.
     pub status: Option<tokio::sync::mpsc::UnboundedSender<status::StatusJob>>,
-    /// Device metadata for containers ([`metadata`]); `None` in drivers
+    /// Device metadata for containers (`metadata`); `None` in drivers
     /// that never write any (tests).
     pub metadata: Option<MetadataParts>,
     /// Exclusive netdev mode's pod sandbox hooks: unprepare brings a
@@ -144,6 +144,9 @@ pub struct Driver {
     parts: DriverParts,
     /// One lock per claim UID, so two calls for the same claim never interleave.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Every prepare and unprepare under way, so a stopping agent finishes
+    /// them before it lets go of its state ([`Driver::drain`]).
+    under_way: tokio_util::task::TaskTracker,
 }
 
 impl Driver {
@@ -152,6 +155,7 @@ impl Driver {
         Self {
             parts,
             locks: Mutex::default(),
+            under_way: tokio_util::task::TaskTracker::new(),
         }
     }
 
@@ -225,13 +229,29 @@ impl Driver {
     {
         let tasks = claims
             .iter()
-            .map(|c| tokio::spawn(work(self.clone(), c.clone())));
+            .map(|c| self.under_way.spawn(work(self.clone(), c.clone())));
         let outcomes = join_all(tasks).await.into_iter().map(|joined| {
             joined.unwrap_or_else(|e| Err(format!("{what} of the claim failed: {e}")))
         });
         let outcomes = claims.iter().map(|c| c.uid.clone()).zip(outcomes).collect();
         crate::node::memory::after_burst();
         outcomes
+    }
+
+    /// Waits up to `deadline` for the prepares and unprepares under way to
+    /// finish (the agent is stopping: the kubelet sends nothing new here
+    /// since its sockets are gone); whether they all did. Each of them has
+    /// recorded what it did in the checkpoint by the time it finishes.
+    pub async fn drain(&self, deadline: Duration) -> bool {
+        self.under_way.close();
+        let left = self.under_way.len();
+        let done = tokio::time::timeout(deadline, self.under_way.wait())
+            .await
+            .is_ok();
+        if left > 0 {
+            tracing::info!(left, done, "prepares and unprepares under way at shutdown");
+        }
+        done
     }
 
     async fn prepare_timed(&self, claim: &ClaimRef) -> PrepareOutcome {
@@ -327,8 +347,15 @@ impl Driver {
                 p.request
             );
         }
-        let attached: Vec<cdi::AttachedDevice> =
-            planned.iter().map(|p| p.attached.clone()).collect();
+        let gates = self.parts.cdi.path();
+        let attached: Vec<cdi::AttachedDevice> = planned
+            .iter()
+            .map(|p| cdi::AttachedDevice {
+                netdev_gate: (p.netdev.as_ref())
+                    .map(|_| cdi::netdev_gate(gates, &claim.uid, &p.attached.device)),
+                ..p.attached.clone()
+            })
+            .collect();
         let spec = cdi::build(
             &claim.uid,
             &attached,
@@ -445,7 +472,13 @@ impl Driver {
             return Ok(false);
         }
         let inventory = self.parts.inventory.borrow().clone();
-        let content = match respec::rebuild(uid, record, &inventory, &self.parts.dev) {
+        let content = match respec::rebuild(
+            uid,
+            record,
+            &inventory,
+            &self.parts.dev,
+            self.parts.cdi.path(),
+        ) {
             Ok(content) => content,
             Err(stale) => {
                 self.parts.metrics.stale();
@@ -498,7 +531,7 @@ impl Driver {
     }
 
     /// Checks every prepared claim against today's devices
-    /// ([`Self::refresh_recorded`]) and logs each that lost one: at
+    /// (`refresh_recorded`) and logs each that lost one: at
     /// start-up and after every inventory change.
     pub async fn refresh_all(&self) -> Refreshed {
         let mut done = Refreshed::default();

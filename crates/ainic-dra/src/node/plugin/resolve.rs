@@ -197,6 +197,7 @@ pub fn plan(
                     umad: config.umad,
                     issm: config.issm,
                     share: share_of(r),
+                    netdev_gate: None,
                 },
                 netdev,
             })

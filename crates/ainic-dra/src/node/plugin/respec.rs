@@ -10,6 +10,7 @@
 //! claim with its name. Pure: the [`Driver`](super::Driver) writes.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use topology::{CharDevice, Inventory};
 
@@ -77,6 +78,7 @@ pub fn rebuild(
     record: &PreparedClaim,
     inventory: &Inventory,
     dev: &DevRoots,
+    cdi_dir: &Path,
 ) -> Result<String, RespecError> {
     let claim = format!("{}/{}", record.namespace, record.name);
     if record.devices.iter().any(|d| d.identity.is_none()) {
@@ -85,7 +87,16 @@ pub fn rebuild(
     let attached = record
         .devices
         .iter()
-        .map(|d| attach_today(&claim, d, inventory))
+        .map(|d| {
+            let gate = d
+                .netdev
+                .as_ref()
+                .map(|_| cdi::netdev_gate(cdi_dir, uid, &d.device));
+            attach_today(&claim, d, inventory).map(|a| AttachedDevice {
+                netdev_gate: gate,
+                ..a
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let spec = cdi::build(uid, &attached, inventory.rdma_cm.as_ref(), dev)
         .map_err(|source| RespecError::Cdi { claim, source })?;
@@ -118,6 +129,7 @@ fn attach_today(
             id: id.clone(),
             consumed: identity.consumed.clone(),
         }),
+        netdev_gate: None,
     })
 }
 

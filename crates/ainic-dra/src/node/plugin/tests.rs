@@ -487,6 +487,7 @@ async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
         umad: false,
         issm: false,
         share: None,
+        netdev_gate: None,
     }];
     let spec = cdi::build(
         "u1",

@@ -3,7 +3,7 @@
 //!
 //! A sync lists the slices of this driver on this node (field selector
 //! `spec.nodeName`, `spec.driver`), compares them with the desired slices by
-//! content ([`plan`]), and writes nothing when they match. Otherwise it bumps
+//! content (`plan`), and writes nothing when they match. Otherwise it bumps
 //! the pool generation above every existing one, writes all desired slices at
 //! that generation (owned by the Node object, so they go when the node goes),
 //! and only then deletes leftovers. Conflicts, throttling, 5xx and transport

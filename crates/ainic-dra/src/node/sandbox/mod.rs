@@ -11,7 +11,7 @@
 //! Every move is recorded in the checkpoint before the netdev leaves the
 //! host ([`MovePhase::Moving`]), marked [`MovePhase::InPod`] once
 //! configured there, marked moving again before it leaves the pod, and
-//! forgotten once home ([`Sandboxes::set_phase`] is the one place the
+//! forgotten once home (`Sandboxes::set_phase` is the one place the
 //! phase changes). An agent killed at any point finds on restart what to
 //! bring home: the runtime's `Synchronize` lists its sandboxes; a move
 //! whose sandbox is not running with its namespace, or that stopped
@@ -74,6 +74,9 @@ pub struct Sandboxes {
     enabled: bool,
     synced: AtomicBool,
     rdma: Arc<dyn RdmaNetns>,
+    /// The CDI directory, where a netdev's gate file exists while it is in
+    /// its pod ([`crate::node::cdi::netdev_gate`]); `None`: no gate files.
+    gates: Option<PathBuf>,
 }
 
 /// A device of a prepared claim that moves into a pod.
@@ -154,7 +157,15 @@ impl Sandboxes {
             enabled,
             synced: AtomicBool::new(false),
             rdma,
+            gates: None,
         }
+    }
+
+    /// Keeps the netdevs' gate files in `cdi_dir`: a container of a claim
+    /// in netdev mode starts only once its netdev is in the pod.
+    pub fn with_netdev_gates(mut self, cdi_dir: &Path) -> Sandboxes {
+        self.gates = Some(cdi_dir.to_path_buf());
+        self
     }
 
     /// Why claims in netdev mode cannot be prepared now, if they cannot:
@@ -317,7 +328,31 @@ impl Sandboxes {
         (self.store.record_move(key, entry).await).map_err(|source| SandboxError::Record {
             key: key.to_string(),
             source,
-        })
+        })?;
+        self.set_gate(key, phase == Some(MovePhase::InPod));
+        Ok(())
+    }
+
+    /// Creates the gate file of move `key` (the netdev is in its pod) or
+    /// removes it. A gate that cannot be created keeps the pod's containers
+    /// from starting (fail closed); the error is logged.
+    fn set_gate(&self, key: &str, open: bool) {
+        let Some(dir) = &self.gates else { return };
+        let Some((uid, device)) = key.split_once('/') else {
+            return;
+        };
+        let gate = crate::node::cdi::netdev_gate(dir, uid, device);
+        let done = if open {
+            std::fs::write(&gate, b"")
+        } else {
+            match std::fs::remove_file(&gate) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        };
+        if let Err(error) = done {
+            tracing::error!(gate = %gate.display(), open, %error, "cannot change a netdev's gate file");
+        }
     }
 
     /// Moves the netdev (and RDMA device) of `moved` home and forgets the
