@@ -20,7 +20,7 @@ pub mod uds;
 /// Dynamic Resource Allocation node service.
 pub mod dra {
     /// `k8s.io.kubelet.pkg.apis.dra.v1`.
-    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
     pub mod v1 {
         tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
 
@@ -29,7 +29,7 @@ pub mod dra {
     }
 
     /// `k8s.io.kubelet.pkg.apis.dra.v1beta1`.
-    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
     pub mod v1beta1 {
         tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
 
@@ -41,7 +41,7 @@ pub mod dra {
 /// Device health reporting of DRA drivers.
 pub mod dra_health {
     /// Proto package `v1` (`k8s.io/kubelet/pkg/apis/dra-health/v1`), GA in 1.37.
-    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
     pub mod v1 {
         tonic::include_proto!("v1");
 
@@ -50,7 +50,7 @@ pub mod dra_health {
     }
 
     /// Proto package `v1alpha1` (`k8s.io/kubelet/pkg/apis/dra-health/v1alpha1`).
-    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
     pub mod v1alpha1 {
         tonic::include_proto!("v1alpha1");
 
@@ -62,7 +62,7 @@ pub mod dra_health {
 /// Kubelet plugin watcher registration.
 pub mod pluginregistration {
     /// Proto package `pluginregistration` (`k8s.io/kubelet/pkg/apis/pluginregistration/v1`).
-    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
     pub mod v1 {
         tonic::include_proto!("pluginregistration");
 
@@ -74,7 +74,7 @@ pub mod pluginregistration {
 /// Classic count-based device plugins.
 pub mod deviceplugin {
     /// Proto package `v1beta1` (`k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1`).
-    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
     pub mod v1beta1 {
         tonic::include_proto!("v1beta1");
 

@@ -8,7 +8,7 @@
 //!
 //! - [`config`]: the YAML config (resource names, device selectors, the
 //!   devices left to DRA), parsed and validated before anything acts on it.
-//! - [`assign`]: the split of one inventory between the classic resources and
+//! - [`assign`](mod@assign): the split of one inventory between the classic resources and
 //!   DRA; a device matched twice is an error naming it.
 //! - [`device`]: the per-device view the kubelet sees (ID, health, NUMA node)
 //!   plus the placement facts the scoring uses.

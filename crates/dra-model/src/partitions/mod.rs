@@ -33,7 +33,7 @@
 //! (by name) only, since it can carry one label value. Nodes whose PFs are
 //! published as their VFs count too (their VFs carry the attribute); a NIC
 //! is counted once, by its PF's PCI address. Label values come from each
-//! name alone ([`labels`]): a new partition never renames another, and
+//! name alone (`labels`): a new partition never renames another, and
 //! two names that make one value are a [`Collision`], not a rename.
 
 mod labels;
