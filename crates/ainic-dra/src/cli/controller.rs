@@ -130,8 +130,7 @@ pub fn run(args: ControllerArgs) -> Result<()> {
     runtime.block_on(async move {
         let client = super::node::kube_client(args.kubeconfig.as_ref()).await?;
         if let Some(config) = webhook {
-            let listener = webhook::bind(&config).await?;
-            tokio::spawn(webhook::run(client.clone(), config, listener));
+            tokio::spawn(webhook::run(client.clone(), config));
         }
         let (_stop, mut never) = tokio::sync::watch::channel(false);
         let release = match args.kubernetes_version {

@@ -113,7 +113,28 @@ async fn bad_nicconfig_is_refused_when_written_with_the_agents_message() {
     let log = bed.dir().join("controller-nicconfig.log");
     let addr = format!("127.0.0.1:{port}");
     let flags = ["--webhook-addr", &addr, "--webhook-hosts", "127.0.0.1"];
+    // The port taken at first (another process on a host-network node):
+    // the controller keeps running and serves once the port is free.
+    let holder = std::net::TcpListener::bind(&addr).unwrap();
     let mut controller = start_controller_with(bed, &log, "nicconfig-1", &flags).await;
+    wait::until(
+        "the controller's word on the taken port",
+        wait::DEADLINE,
+        || async {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("cannot listen for the admission webhook") {
+                Ok(())
+            } else {
+                Err(crate::support::tail(&text, 8))
+            }
+        },
+    )
+    .await;
+    assert!(
+        controller.running(),
+        "the controller exited on a taken port"
+    );
+    drop(holder);
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
     in_force(&claims, &log).await;
 

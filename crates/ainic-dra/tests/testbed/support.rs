@@ -153,6 +153,11 @@ async fn policies_in_force(bed: &Testbed) {
 pub struct Controller(Child);
 
 impl Controller {
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+
     /// Stops it as Kubernetes does (SIGTERM) and waits for it to exit.
     pub fn terminate(&mut self) {
         let pid = self.0.id().to_string();

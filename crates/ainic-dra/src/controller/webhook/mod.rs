@@ -56,19 +56,34 @@ pub struct WebhookConfig {
     pub hosts: Vec<String>,
 }
 
-/// Binds the listener; an error names the address.
-pub async fn bind(config: &WebhookConfig) -> anyhow::Result<TcpListener> {
-    use anyhow::Context;
-    TcpListener::bind(config.addr).await.with_context(|| {
-        format!(
-            "failed to listen on {} for the admission webhook",
-            config.addr
-        )
-    })
+/// Listens on the webhook's address, trying again every [`RETRY`] while
+/// it cannot (another process holds the port, as a second controller on a
+/// host-network node would). The caller's other work goes on meanwhile:
+/// without the webhook the API server admits claims unjudged (the chart's
+/// failurePolicy is Ignore) and the node agent still refuses a bad
+/// NicConfig at prepare, so a taken port must not stop the partitions and
+/// tenants the controller keeps.
+pub async fn listen(config: &WebhookConfig) -> TcpListener {
+    loop {
+        match TcpListener::bind(config.addr).await {
+            Ok(listener) => return listener,
+            Err(error) => {
+                tracing::error!(
+                    addr = %config.addr,
+                    %error,
+                    "cannot listen for the admission webhook; claims are admitted unjudged \
+                     until it can (prepare still refuses a bad NicConfig); trying again"
+                );
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
 }
 
-/// Serves the webhook on `listener` and keeps its certificates, forever.
-pub async fn run(client: kube::Client, config: WebhookConfig, listener: TcpListener) {
+/// Listens (see [`listen`]), then serves the webhook and keeps its
+/// certificates, forever.
+pub async fn run(client: kube::Client, config: WebhookConfig) {
+    let listener = listen(&config).await;
     let serving = Arc::new(ServingCert::default());
     let state = Arc::new(WebhookState {
         client: client.clone(),
@@ -113,4 +128,36 @@ async fn refresh(
         tracing::info!(secret = %config.secret, "serving the webhook certificate");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(addr: SocketAddr) -> WebhookConfig {
+        WebhookConfig {
+            addr,
+            driver: "ainic.amd.com".into(),
+            namespace: "ainic-dra".into(),
+            secret: "webhook-tls".into(),
+            configuration: "nicconfig".into(),
+            hosts: vec!["127.0.0.1".into()],
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_taken_port_is_tried_again_until_it_is_free() {
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let config = config(holder.local_addr().unwrap());
+        let listening = tokio::spawn(async move { listen(&config).await });
+        tokio::time::sleep(RETRY * 3).await;
+        assert!(!listening.is_finished(), "listened on a taken port");
+        let addr = holder.local_addr().unwrap();
+        drop(holder);
+        let listener = tokio::time::timeout(RETRY * 2, listening)
+            .await
+            .expect("still not listening once the port is free")
+            .unwrap();
+        assert_eq!(listener.local_addr().unwrap(), addr);
+    }
 }
