@@ -437,7 +437,21 @@ fn the_agent_killed_at_any_moment_leaves_no_pod_stuck_and_nothing_behind() {
 #[test]
 fn running_pods_keep_their_devices_across_kubelet_and_containerd_restarts() {
     let (_one, bed) = begin();
-    let uid = keeper(bed, "keeper-restarts");
+    // The keeper's claim stands alone, so that pods can join it after each
+    // restart: a restarted kubelet restores its claims as not prepared and
+    // asks the agent again when a pod joins one, and the agent must answer
+    // with the devices it prepared, not fail or prepare anew. (One claim:
+    // the node's four DRA PFs are the keeper's and the stream's.)
+    bed.apply(&pf_claim(NS, "held"));
+    let held = [Claim::Shared("nic", "held")];
+    bed.apply(&pod(NS, "keeper-restarts", &held, json!({})));
+    wait_running(bed, "keeper-restarts").expect("the keeper pod runs");
+    let uid = bed
+        .get_json(&["get", "resourceclaim", "-n", NS, "held"])
+        .expect("the held claim")["metadata"]["uid"]
+        .as_str()
+        .expect("uid")
+        .to_string();
     let before = seen(bed, NS, "keeper-restarts");
     for part in ["kubelet", "containerd"] {
         let report = stream_during(
@@ -452,15 +466,15 @@ fn running_pods_keep_their_devices_across_kubelet_and_containerd_restarts() {
             "{part} restart: pods did not start: {:#?}",
             report.failed
         );
-        let pod = bed
+        let kept = bed
             .get_json(&["get", "pod", "-n", NS, "keeper-restarts"])
             .expect("keeper");
         assert_eq!(
-            pod["status"]["phase"], "Running",
+            kept["status"]["phase"], "Running",
             "after the {part} restart"
         );
         assert_eq!(
-            pod["status"]["containerStatuses"][0]["restartCount"], 0,
+            kept["status"]["containerStatuses"][0]["restartCount"], 0,
             "after the {part} restart"
         );
         assert!(
@@ -470,6 +484,14 @@ fn running_pods_keep_their_devices_across_kubelet_and_containerd_restarts() {
         assert!(
             checkpointed(bed).contains(&uid),
             "{part}: claim still prepared"
+        );
+        let joiner = format!("held-after-{part}");
+        bed.apply(&pod(NS, &joiner, &held, json!({})));
+        let joined = seen(bed, NS, &joiner);
+        assert_eq!(
+            (joined.devices, &joined.env["AINIC_PCI_ADDRESSES"]),
+            (before.devices.clone(), &before.env["AINIC_PCI_ADDRESSES"]),
+            "{part}: a pod joining a claim prepared before the restart"
         );
     }
     let exec = bed
@@ -489,6 +511,8 @@ fn running_pods_keep_their_devices_across_kubelet_and_containerd_restarts() {
         "the keeper's devices after both restarts"
     );
     assert_nothing_left(bed);
+    bed.kubectl(&["delete", "resourceclaim", "-n", NS, "held", "--wait=true"])
+        .expect("delete the held claim");
 }
 
 /// The device numbers (`major:minor`, hex as stat prints them) of the RDMA

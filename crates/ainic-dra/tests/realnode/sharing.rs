@@ -9,23 +9,12 @@ use serde_json::json;
 
 use crate::support::*;
 
-const SHARED_CLAIM: &str = r#"
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {name: one-nic, namespace: sharing}
-spec:
-  devices:
-    requests:
-    - name: nic
-      exactly: {deviceClassName: ainic-pf}
-"#;
-
 #[test]
 fn pods_of_a_shared_claim_see_one_nic_until_the_last_one_is_gone() {
     let bed = main_cluster();
     let ns = "sharing";
     namespace(bed, ns, &[]);
-    bed.apply(SHARED_CLAIM);
+    bed.apply(&pf_claim(ns, "one-nic"));
     let names = ["user-0", "user-1", "user-2"];
     for name in names {
         bed.apply(&pod(

@@ -122,6 +122,16 @@ pub enum Claim<'a> {
     Shared(&'a str, &'a str),
 }
 
+/// A ResourceClaim `name` in `ns` for one PF (class `ainic-pf`), for pods
+/// that share it ([`Claim::Shared`]).
+pub fn pf_claim(ns: &str, name: &str) -> String {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"devices": {"requests": [
+            {"name": "nic", "exactly": {"deviceClassName": "ainic-pf"}}]}}})
+    .to_string()
+}
+
 /// What the pods print, then sleep: env, the RDMA devices, the device
 /// metadata files, the network interfaces; ends with `END`.
 const SHOW: &str = "env | sort; echo '--- dev'; ls /dev/infiniband; echo '--- metadata'; \
