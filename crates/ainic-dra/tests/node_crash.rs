@@ -31,11 +31,12 @@ async fn crash_during_prepare(point: &str) {
     assert_eq!(status.signal(), Some(6), "{point}: aborted (SIGABRT)");
     drop(agent);
 
-    let _agent = world.start_agent(None);
+    let agent = world.start_agent(None);
     let kubelet = world.register().await;
-    // Reconciliation ran before the sockets opened: at most the finished
-    // claim's spec and metadata are there (an unfinished one's metadata,
-    // written first, is an orphan and goes).
+    agent.wait_reconciled().await;
+    // Once the restarted agent owns its state (before it answers a
+    // prepare), at most the finished claim's spec and metadata are there
+    // (an unfinished one's metadata, written first, is an orphan and goes).
     let expected_after_restart: Vec<String> = if point == "prepare-after-checkpoint" {
         vec![
             format!("ainic.amd.com-{}.json", claim.uid),
@@ -268,13 +269,14 @@ async fn renumbered_devices_never_reach_a_spec_after_a_restart_or_while_running(
     drop(agent);
 
     // Rebooted with other numbers: the start-up check rebuilds the spec
-    // before the kubelet can ask.
+    // as the agent takes its state over, before it answers the kubelet.
     renumber(&world, &path, "231:250");
     let agent = world.start_agent_with(
         None,
         &["--refresh-interval", "1", "--full-rescan-interval", "1"],
     );
     let kubelet = world.register().await;
+    agent.wait_reconciled().await;
     assert_eq!(
         verbs_in_spec(&world, &claim.uid),
         (path.clone(), "231:250".into()),

@@ -373,7 +373,9 @@ pub fn run(args: NodeArgs) -> Result<()> {
         }),
     };
     runtime.block_on(async move {
-        let client = kube_client(args.kubeconfig.as_ref()).await?;
+        // Built on a worker while the kubelet's sockets come up here.
+        let client = tokio::spawn(async move { kube_client(args.kubeconfig.as_ref()).await });
+        let client = async { client.await.context("building the API client panicked")? };
         agent::run(client, config).await
     })
 }

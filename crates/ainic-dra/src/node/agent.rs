@@ -170,8 +170,14 @@ fn refuse_both_paths(node: &str, driver: &str, classic: &ClassicConfig) -> Resul
     )
 }
 
-/// Runs every part of the agent until a shutdown signal.
-pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
+/// Runs every part of the agent until a shutdown signal. `client` is the
+/// API client being built: the kubelet's sockets are served before it is
+/// awaited, since building it can take longer than discovery (the TLS
+/// roots of the system: about 150 certificate files read and parsed).
+pub async fn run(
+    client: impl Future<Output = Result<kube::Client>>,
+    config: AgentConfig,
+) -> Result<()> {
     crate::node::memory::spawn_trimmer();
     let mut metrics = Metrics::default();
     let publisher_metrics = PublisherMetrics::default();
@@ -203,10 +209,6 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
     );
     let (published_tx, published) = watch::channel(Some(waiting));
     let scope = node.scope.clone();
-    let claims = Arc::new(KubeClaims::new(client.clone()));
-    let uninstalling = daemonset
-        .as_ref()
-        .map(|(ns, name)| super::uninstall::follow_daemonset(client.clone(), ns, name));
     let paths = super::uninstall::NodePaths {
         state: node.state_dir.clone(),
         cdi: node.cdi_dir.clone(),
@@ -215,7 +217,17 @@ pub async fn run(client: kube::Client, config: AgentConfig) -> Result<()> {
         device_plugins: classic.as_ref().map(|c| c.dir.clone()),
         driver: node.scope.driver.clone(),
     };
-    let mut serving = serve(node, claims, Arc::new(metrics), published).await?;
+    let mut serving = serve(node, Arc::new(metrics), published).await?;
+    let client = match client.await {
+        Ok(client) => client,
+        Err(error) => {
+            remove_sockets(&serving);
+            return Err(error);
+        }
+    };
+    let uninstalling = daemonset
+        .as_ref()
+        .map(|(ns, name)| super::uninstall::follow_daemonset(client.clone(), ns, name));
     let health_events = serving.health_events.take();
     let (stop_tx, stop) = watch::channel(false);
     let wiring = Wiring {
@@ -390,7 +402,8 @@ impl Wiring {
             rebuild,
         };
         let desired = desired::follow(&self.client, inputs, first, reporter, nudge_tx.clone());
-        let driver = started.own_state().await?;
+        let claims = Arc::new(KubeClaims::new(self.client.clone()));
+        let driver = started.own_state(claims).await?;
         let publishing = self.spawn_publisher(started, desired, dra_split, (nudge_tx, nudges));
         Ok(Running {
             publishing,

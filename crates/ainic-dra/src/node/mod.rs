@@ -154,7 +154,6 @@ pub struct Serving {
 /// What the second phase needs from the first.
 struct StateParts {
     config: NodeConfig,
-    claims: SharedClaims,
     metrics: Arc<Metrics>,
     attributes: watch::Receiver<Option<Arc<metadata::DeviceAttributes>>>,
 }
@@ -186,7 +185,6 @@ fn socket_names(config: &NodeConfig) -> (PathBuf, PathBuf) {
 /// devices published are less than configured (for `/readyz`).
 pub async fn serve(
     config: NodeConfig,
-    claims: SharedClaims,
     metrics: Arc<Metrics>,
     published: watch::Receiver<Option<String>>,
 ) -> Result<Serving> {
@@ -236,7 +234,6 @@ pub async fn serve(
         lock,
         parts: StateParts {
             config,
-            claims,
             metrics,
             attributes,
         },
@@ -404,11 +401,11 @@ impl Serving {
     /// checkpoint, reconciles the CDI dir with it, rebuilds every prepared
     /// claim's spec from today's devices, and hands the driver to the
     /// waiting gRPC services. The lock is held until the agent exits.
-    pub async fn own_state(&mut self) -> Result<Arc<Driver>> {
+    pub async fn own_state(&mut self, claims: SharedClaims) -> Result<Arc<Driver>> {
         if self.lock.is_none() {
             self.lock = Some(lock_state_dir(&self.parts.config).await?);
         }
-        let driver = open_state(&self.parts, self.inventory.clone()).await?;
+        let driver = open_state(&self.parts, claims, self.inventory.clone()).await?;
         self.slot.send_replace(Some(driver.clone()));
         Ok(driver)
     }
@@ -418,6 +415,7 @@ impl Serving {
 /// [`Serving::own_state`]).
 async fn open_state(
     parts: &StateParts,
+    claims: SharedClaims,
     inventory: watch::Receiver<Arc<Inventory>>,
 ) -> Result<Arc<Driver>> {
     let config = &parts.config;
@@ -460,13 +458,13 @@ async fn open_state(
     }
     tokio::spawn(plugin::status::run(
         status_rx,
-        parts.claims.clone(),
+        claims.clone(),
         config.scope.clone(),
         inventory.clone(),
     ));
     let driver = Arc::new(Driver::new(DriverParts {
         scope: config.scope.clone(),
-        claims: parts.claims.clone(),
+        claims,
         inventory,
         store,
         cdi,

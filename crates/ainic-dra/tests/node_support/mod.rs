@@ -44,6 +44,29 @@ pub struct Agent {
     pub log: PathBuf,
 }
 
+impl Agent {
+    /// Waits (up to 20 s) until the agent owns its state: the checkpoint
+    /// is reconciled with the CDI directory and today's devices. The
+    /// kubelet's sockets open before that (calls wait for it), so a test
+    /// that looks at the files after a restart waits for this, not for
+    /// the registration.
+    pub async fn wait_reconciled(&self) {
+        const LINE: &str = "checkpoint reconciled with the CDI directory";
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains(LINE) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "agent did not reconcile its state within 20 s; its log:\n{log}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();

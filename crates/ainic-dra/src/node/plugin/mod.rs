@@ -297,8 +297,9 @@ impl Driver {
             written = files.write(claim_meta, requests)?;
             add_metadata_ids(&mut devices, &written.ids);
         }
+        let spec_files: Vec<String> = written.specs.keys().cloned().collect();
         if let Err(error) = self.commit(claim, spec, &devices, written).await {
-            let removed = files.map(|f| f.remove(&claim.uid));
+            let removed = files.map(|f| f.remove(&claim.uid, &spec_files));
             if let Some(Err(cleanup)) = removed {
                 tracing::error!(error = %cleanup, "failed to remove device metadata after a failed prepare");
             }
@@ -590,7 +591,9 @@ impl Driver {
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
         if let Some(parts) = &self.parts.metadata {
-            parts.files.remove(&claim.uid)?;
+            parts
+                .files
+                .remove(&claim.uid, record.metadata_specs.keys())?;
         }
         faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;
