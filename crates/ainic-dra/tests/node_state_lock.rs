@@ -51,15 +51,8 @@ async fn with_a_lock_wait_the_second_agent_takes_over_when_the_first_exits() {
     assert_eq!(done.claims[&claim.uid].error, "");
     let mut second = world.start_agent_with(None, &["--state-lock-wait", "60"]);
     // It waits (it would have exited at once without the flag)...
-    let mut log = String::new();
-    for _ in 0..500 {
-        log = std::fs::read_to_string(&second.log).unwrap();
-        if log.contains("waiting for it to exit") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(log.contains("waiting for it to exit"), "{log}");
+    let ten_seconds = std::time::Duration::from_secs(10);
+    second.wait_log("waiting for it to exit", ten_seconds).await;
     assert!(second.child.try_wait().unwrap().is_none(), "waiting");
     // ...and serves once the first is gone, from the same checkpoint.
     drop(first);

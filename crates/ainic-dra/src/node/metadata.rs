@@ -391,7 +391,7 @@ impl MetadataFiles {
     }
 
     /// The spec file names [`Self::write`] gives the requests of claim `uid`.
-    pub fn spec_files<'a>(
+    fn spec_files<'a>(
         &self,
         uid: &str,
         requests: impl IntoIterator<Item = &'a RequestMeta>,

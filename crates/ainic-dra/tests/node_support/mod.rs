@@ -45,6 +45,23 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// Waits until the agent's log holds `line`; its log. Panics after
+    /// `timeout` (a hang guard, not a speed limit), showing the log.
+    pub async fn wait_log(&self, line: &str, timeout: std::time::Duration) -> String {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains(line) {
+                return log;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {line:?} in the agent's log within {timeout:?}; its log:\n{log}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits (up to 20 s) until the agent owns its state: the checkpoint
     /// is reconciled with the CDI directory and today's devices. The
     /// kubelet's sockets open before that (calls wait for it), so a test
@@ -52,18 +69,8 @@ impl Agent {
     /// the registration.
     pub async fn wait_reconciled(&self) {
         const LINE: &str = "checkpoint reconciled with the CDI directory";
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        loop {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if log.contains(LINE) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "agent did not reconcile its state within 20 s; its log:\n{log}"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        self.wait_log(LINE, std::time::Duration::from_secs(20))
+            .await;
     }
 }
 
