@@ -13,4 +13,5 @@ pub mod controller;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod node;
+#[cfg(feature = "tools")]
 pub mod why;

@@ -39,9 +39,24 @@ enum Command {
     /// Delete the driver's ResourceSlices once its node agents are gone (the chart's post-delete Job).
     Cleanup(cli::cleanup::CleanupArgs),
     /// Allocate ResourceClaims on a node as kube-scheduler would, from objects in files.
+    #[cfg(feature = "tools")]
     Simulate(cli::simulate::SimulateArgs),
     /// Explain why a pod is pending, from the live cluster (read-only; also `kubectl ainic why`).
+    #[cfg(feature = "tools")]
     Why(cli::why::WhyArgs),
+    /// `simulate` or `why` in a build without them (the image): says so.
+    #[cfg(not(feature = "tools"))]
+    #[command(
+        name = "simulate",
+        alias = "why",
+        hide = true,
+        disable_help_flag = true
+    )]
+    Tools {
+        /// Whatever was passed to it.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// See the whole driver work on this machine: simulated nodes, real agents, no cluster.
     #[cfg(feature = "demo")]
     Demo(cli::demo::DemoArgs),
@@ -74,10 +89,16 @@ fn main() -> ExitCode {
         Command::Node(args) => cli::node::run(args),
         Command::Controller(args) => cli::controller::run(args),
         Command::Cleanup(args) => cli::cleanup::run(args),
+        #[cfg(feature = "tools")]
         Command::Simulate(args) => cli::simulate::run(args),
+        #[cfg(feature = "tools")]
         Command::Why(args) => cli::why::run(args),
         #[cfg(feature = "demo")]
         Command::Demo(args) => cli::demo::run(args),
+        #[cfg(not(feature = "tools"))]
+        Command::Tools { .. } => Err(anyhow::anyhow!(
+            "simulate and why are not in this build (the image leaves out the workstation tools); use a build with the default features, e.g. `cargo install --path crates/ainic-dra`"
+        )),
     };
     cli::exit_code(result)
 }

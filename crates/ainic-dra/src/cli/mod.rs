@@ -9,9 +9,11 @@ pub mod deviceclasses;
 pub mod discover;
 pub mod lldp;
 pub mod node;
+#[cfg(feature = "tools")]
 pub mod simulate;
 pub mod slices;
 pub mod topo;
+#[cfg(feature = "tools")]
 pub mod why;
 
 use std::path::{Path, PathBuf};
