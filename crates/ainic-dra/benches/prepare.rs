@@ -166,12 +166,23 @@ async fn settle(api: &ApiServer) {
 
 /// What one claim's change costs with `level` claims already prepared:
 /// prepare and unprepare of one claim, and unprepare of 100 in one call.
-async fn under_load(api: &ApiServer, kubelet: &DraPluginClient, levels: &[usize]) {
+async fn under_load(
+    api: &ApiServer,
+    kubelet: &DraPluginClient,
+    levels: &[usize],
+    journal: &std::path::Path,
+) {
     let mut held = Vec::new();
     let mut next = 4_000_000;
     for &level in levels {
         hold(api, kubelet, &mut held, level).await;
         settle(api).await;
+        // Live records plus the dead ones not yet compacted away.
+        let bytes = std::fs::metadata(journal).map_or(0, |m| m.len());
+        println!(
+            "{level} prepared: checkpoint journal {bytes} B, {} B per claim held",
+            bytes / level as u64
+        );
         let (mut prepares, mut unprepares) = (Vec::new(), Vec::new());
         for _ in 0..100 {
             let claim = seed_claim(api, next, true);
@@ -267,7 +278,8 @@ async fn main() {
             .split(',')
             .filter_map(|l| l.trim().parse().ok())
             .collect();
-        under_load(&api, &kubelet, &levels).await;
+        let journal = tmp.path().join("state/checkpoint.journal");
+        under_load(&api, &kubelet, &levels, &journal).await;
     }
     let _ = agent.kill();
     let _ = agent.wait();

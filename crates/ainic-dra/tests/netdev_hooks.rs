@@ -133,6 +133,7 @@ fn netdev_claim(net: &Net, pci: &str, rdma: &str, pod_uid: &str) -> PreparedClai
         cdi_spec: String::new(),
         metadata_specs: BTreeMap::new(),
         metadata_files: BTreeMap::new(),
+        metadata: Default::default(),
     }
 }
 

@@ -110,6 +110,7 @@ async fn hooks(net: &Net, dir: &Path, mode: NetnsMode, refuse: bool) -> (Sandbox
         cdi_spec: String::new(),
         metadata_specs: BTreeMap::new(),
         metadata_files: BTreeMap::new(),
+        metadata: Default::default(),
     };
     store.insert("claim-uid", claim).await.unwrap();
     let fake = Arc::new(FakeRdma {

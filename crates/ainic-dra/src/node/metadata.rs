@@ -25,12 +25,15 @@
 //! lands in `a`'s file, under the name `a/b`. Files are replaced
 //! atomically (temp file, rename) with mode 0644; unprepare removes the
 //! claim's directory and specs, and start-up removes those of claims the
-//! checkpoint does not hold. Files and specs are recorded in the
-//! checkpoint with the claim and written again from there when missing or
-//! different (start-up, every check of a prepared claim): the CDI
-//! directory is tmpfs, and the files are not fsynced, so that a prepare
-//! pays one fsync, the checkpoint's, instead of four (figures in
-//! docs/benchmarks.md).
+//! checkpoint does not hold. The checkpoint records which requests have
+//! metadata and the pod's name for the claim, not the content: at start-up
+//! and every check of a prepared claim, a spec that is missing or differs
+//! is built again from those (the CDI directory is tmpfs), and a file that
+//! is missing or not whole is written again from the claim's devices and
+//! today's attributes and network data (the files are not fsynced, so that
+//! a prepare pays one fsync, the checkpoint's, instead of four). Entries
+//! of agents before that carry the content, and are restored from it.
+//! Figures in docs/benchmarks.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -224,6 +227,29 @@ pub fn document(driver: &str, claim: &ClaimMeta, request: &RequestMeta) -> Strin
     out
 }
 
+/// True when `text` is what [`document`] writes for claim `uid` and
+/// request `request` (`a`, or a subrequest `a/b`): one whole document per
+/// API version, in order.
+fn documents_of(text: &str, uid: &str, request: &str) -> bool {
+    let documents = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let mut versions = API_VERSIONS.iter();
+    for document in documents {
+        let Ok(document) = document else {
+            return false;
+        };
+        let name = document["requests"][0]["name"].as_str().unwrap_or_default();
+        let ours = versions
+            .next()
+            .is_some_and(|v| document["apiVersion"] == *v)
+            && document["metadata"]["uid"] == uid
+            && name.split('/').next() == Some(request);
+        if !ours {
+            return false;
+        }
+    }
+    versions.next().is_none()
+}
+
 /// Where the file of `request` appears in the container.
 pub fn container_path(driver: &str, claim: &ClaimMeta, request: &str) -> String {
     match claim.pod_claim_name.as_ref().filter(|n| !n.is_empty()) {
@@ -273,7 +299,8 @@ impl MetadataFiles {
     ) -> Result<Written, MetadataError> {
         let written = self.write_all(claim, requests);
         if written.is_err() {
-            let _ = self.remove(&claim.uid, &self.spec_files(&claim.uid, requests));
+            let names = self.spec_names(&claim.uid, requests.iter().map(RequestMeta::base));
+            let _ = self.remove(&claim.uid, &names);
         }
         written
     }
@@ -286,9 +313,9 @@ impl MetadataFiles {
         let mut written = Written::default();
         for request in requests {
             let base = request.base();
+            let file = self.file_of(&claim.uid, base);
             let dir = self.claim_dir(&claim.uid).join(base);
             fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
-            let file = dir.join("metadata.json");
             let text = document(&self.driver, claim, request);
             write_replacing(&file, text.as_bytes())?;
             let (id, content) = self.spec(claim, base, &file)?;
@@ -311,7 +338,7 @@ impl MetadataFiles {
         content: &str,
     ) -> Result<bool, MetadataError> {
         let dir = self.claim_dir(uid).join(request);
-        let file = dir.join("metadata.json");
+        let file = self.file_of(uid, request);
         match fs::read(&file) {
             Ok(on_disk) if on_disk == content.as_bytes() => return Ok(false),
             Ok(_) => {}
@@ -390,16 +417,61 @@ impl MetadataFiles {
         Ok(())
     }
 
-    /// The spec file names [`Self::write`] gives the requests of claim `uid`.
-    fn spec_files<'a>(
+    /// The spec file names of requests `requests` (`a`, not `a/b`) of claim `uid`.
+    pub fn spec_names<'a>(
         &self,
         uid: &str,
-        requests: impl IntoIterator<Item = &'a RequestMeta>,
+        requests: impl IntoIterator<Item = &'a str>,
     ) -> Vec<String> {
         let names = requests
             .into_iter()
-            .map(|r| spec_file(&self.driver, uid, r.base()));
+            .map(|request| spec_file(&self.driver, uid, request));
         names.collect()
+    }
+
+    /// Writes the spec of each of `requests` of `claim` again where it is
+    /// missing or differs (a reboot empties the CDI directory): a spec is
+    /// built from the claim and the request alone. How many it wrote.
+    pub fn restore_specs(
+        &self,
+        claim: &ClaimMeta,
+        requests: &[String],
+    ) -> Result<usize, MetadataError> {
+        let mut written = 0;
+        for request in requests {
+            let (_, spec) = self.spec(claim, request, &self.file_of(&claim.uid, request))?;
+            let name = spec_file(&self.driver, &claim.uid, request);
+            written += usize::from(self.restore(&name, &spec)?);
+        }
+        Ok(written)
+    }
+
+    /// The requests among `requests` of `claim` whose file is not as
+    /// [`Self::write`] left it: one whole document per API version, of this
+    /// claim and request. A power cut can lose the file or cut it short (it
+    /// is not fsynced).
+    pub fn damaged(
+        &self,
+        claim: &ClaimMeta,
+        requests: &[String],
+    ) -> Result<Vec<String>, MetadataError> {
+        let mut damaged = Vec::new();
+        for request in requests {
+            let file = self.file_of(&claim.uid, request);
+            let whole = match fs::read_to_string(&file) {
+                Ok(text) => documents_of(&text, &claim.uid, request),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => return Err(io_error("read", &file)(e)),
+            };
+            if !whole {
+                damaged.push(request.clone());
+            }
+        }
+        Ok(damaged)
+    }
+
+    fn file_of(&self, uid: &str, request: &str) -> PathBuf {
+        self.claim_dir(uid).join(request).join("metadata.json")
     }
 
     /// This driver's metadata specs in the CDI dir, and leftover temp files

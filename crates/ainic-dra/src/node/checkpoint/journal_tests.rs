@@ -19,6 +19,7 @@ fn claim(name: &str) -> PreparedClaim {
         cdi_spec: String::new(),
         metadata_specs: Default::default(),
         metadata_files: Default::default(),
+        metadata: Default::default(),
     }
 }
 

@@ -120,14 +120,42 @@ pub struct PreparedClaim {
     /// record stays small).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cdi_spec: String,
-    /// The claim's device-metadata CDI specs (file name, content): the CDI
-    /// directory is tmpfs, so they are rewritten from here after a reboot.
+    /// Entries of older agents only: the claim's device-metadata CDI specs
+    /// (file name, content), written again from here after a reboot.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata_specs: BTreeMap<String, String>,
-    /// The claim's device-metadata files (request name, content): they are
-    /// not fsynced, so they are rewritten from here after a power cut.
+    /// Entries of older agents only: the claim's device-metadata files
+    /// (request name, content), written again from here after a power cut.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata_files: BTreeMap<String, String>,
+    /// The claim's device metadata as this agent records it: what names
+    /// its files and specs, not their content (about 7 KB a claim, which
+    /// every append and compaction of the journal carried).
+    #[serde(default, skip_serializing_if = "MetadataRecord::is_empty")]
+    pub metadata: MetadataRecord,
+}
+
+/// What rebuilds a prepared claim's device-metadata files and specs when
+/// they are missing or damaged (the CDI directory is tmpfs; the files are
+/// not fsynced): the requests that have one, and the claim's name in its
+/// pod, which is part of the mount path. Their content comes again from
+/// the claim's devices, today's published attributes and network data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataRecord {
+    /// Requests with a metadata file (`a` for `a/b`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<String>,
+    /// The claim's `resource.kubernetes.io/pod-claim-name` annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_claim_name: Option<String>,
+}
+
+impl MetadataRecord {
+    /// True when the claim has no device metadata.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
 }
 
 /// One prepared device as reported to the kubelet.
@@ -414,6 +442,7 @@ mod tests {
             cdi_spec: String::new(),
             metadata_specs: Default::default(),
             metadata_files: Default::default(),
+            metadata: Default::default(),
         };
         c.claims
             .insert("u1".into(), holder(vec![used("pf-0", None, false)]));
@@ -463,6 +492,7 @@ mod tests {
                 cdi_spec: "{}".into(),
                 metadata_specs: Default::default(),
                 metadata_files: Default::default(),
+                metadata: Default::default(),
             },
         );
         c

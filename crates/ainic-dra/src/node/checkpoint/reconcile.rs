@@ -52,6 +52,7 @@ mod tests {
             cdi_spec: format!("spec of {uid}"),
             metadata_specs: Default::default(),
             metadata_files: Default::default(),
+            metadata: Default::default(),
         }
     }
 

@@ -340,6 +340,7 @@ mod tests {
             cdi_spec: "{}".into(),
             metadata_specs: Default::default(),
             metadata_files: Default::default(),
+            metadata: Default::default(),
         }
     }
 

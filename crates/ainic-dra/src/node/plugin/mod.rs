@@ -41,7 +41,7 @@ use tracing::Instrument;
 
 use crate::node::cdi::{self, CdiDir};
 use crate::node::checkpoint::store::CheckpointStore;
-use crate::node::checkpoint::{PreparedClaim, PreparedDevice};
+use crate::node::checkpoint::{MetadataRecord, PreparedClaim, PreparedDevice};
 use crate::node::faults::{self, Point};
 use crate::node::http::metrics::{Metrics, Operation};
 use crate::node::metadata::{
@@ -298,7 +298,11 @@ impl Driver {
             add_metadata_ids(&mut devices, &written.ids);
         }
         let spec_files: Vec<String> = written.specs.keys().cloned().collect();
-        if let Err(error) = self.commit(claim, spec, &devices, written).await {
+        let recorded = MetadataRecord {
+            requests: written.files.keys().cloned().collect(),
+            pod_claim_name: meta.and_then(|(claim, _)| claim.pod_claim_name),
+        };
+        if let Err(error) = self.commit(claim, spec, &devices, recorded).await {
             let removed = files.map(|f| f.remove(&claim.uid, &spec_files));
             if let Some(Err(cleanup)) = removed {
                 tracing::error!(error = %cleanup, "failed to remove device metadata after a failed prepare");
@@ -321,6 +325,52 @@ impl Driver {
             "prepare phases"
         );
         Ok(devices)
+    }
+
+    /// Writes the device-metadata files and specs of recorded claim `uid`
+    /// again where they are missing or damaged (a reboot empties the CDI
+    /// directory; the files are not fsynced). Entries of older agents carry
+    /// the content; this agent's are rebuilt from the claim's devices and
+    /// today's attributes and network data.
+    async fn restore_metadata(&self, uid: &str, record: &PreparedClaim) -> anyhow::Result<()> {
+        let Some(parts) = &self.parts.metadata else {
+            return Ok(());
+        };
+        for (file, spec) in &record.metadata_specs {
+            if parts.files.restore(file, spec)? {
+                tracing::info!(claim_uid = %uid, file, "device-metadata CDI spec written again");
+            }
+        }
+        for (request, content) in &record.metadata_files {
+            if parts.files.restore_file(uid, request, content)? {
+                tracing::info!(claim_uid = %uid, request, "device-metadata file written again");
+            }
+        }
+        let claim = ClaimMeta {
+            namespace: record.namespace.clone(),
+            name: record.name.clone(),
+            uid: uid.to_string(),
+            pod_claim_name: record.metadata.pod_claim_name.clone(),
+        };
+        let wanted = &record.metadata.requests;
+        let specs = parts.files.restore_specs(&claim, wanted)?;
+        if specs > 0 {
+            tracing::info!(claim_uid = %uid, specs, "device-metadata CDI specs written again");
+        }
+        let damaged = parts.files.damaged(&claim, wanted)?;
+        if damaged.is_empty() {
+            return Ok(());
+        }
+        // Rare (a power cut): the whole claim's metadata is written again,
+        // from today's attributes (waiting for the first publish, as a
+        // prepare does) and network data.
+        let inventory = self.parts.inventory.borrow().clone();
+        let requests = self
+            .request_metadata(parts, &record.devices, &inventory)
+            .await;
+        parts.files.write(&claim, &requests)?;
+        tracing::info!(claim_uid = %uid, requests = ?damaged, "device-metadata files written again");
+        Ok(())
     }
 
     /// Reads the claim and builds its CDI spec, the kubelet's answer and
@@ -436,7 +486,7 @@ impl Driver {
         claim: &ClaimRef,
         spec: cdi::ClaimSpec,
         devices: &[PreparedDevice],
-        metadata: Written,
+        metadata: MetadataRecord,
     ) -> anyhow::Result<()> {
         faults::hit(Point::PrepareBeforeCdi);
         self.parts.cdi.write(&spec)?;
@@ -448,8 +498,9 @@ impl Driver {
             cdi_file: spec.file_name.clone(),
             // Rebuilt from the devices' identities when needed.
             cdi_spec: String::new(),
-            metadata_specs: metadata.specs,
-            metadata_files: metadata.files,
+            metadata_specs: BTreeMap::new(),
+            metadata_files: BTreeMap::new(),
+            metadata,
         };
         if let Err(e) = self.parts.store.insert_exclusive(&claim.uid, record).await {
             if let Err(cleanup) = self.parts.cdi.remove(&spec.file_name) {
@@ -492,18 +543,7 @@ impl Driver {
                 return Err(stale);
             }
         };
-        if let Some(parts) = &self.parts.metadata {
-            for (file, spec) in &record.metadata_specs {
-                if parts.files.restore(file, spec)? {
-                    tracing::info!(claim_uid = %uid, file, "device-metadata CDI spec written again");
-                }
-            }
-            for (request, content) in &record.metadata_files {
-                if parts.files.restore_file(uid, request, content)? {
-                    tracing::info!(claim_uid = %uid, request, "device-metadata file written again");
-                }
-            }
-        }
+        self.restore_metadata(uid, record).await?;
         let on_disk = self.parts.cdi.read(&record.cdi_file)?;
         let rewrite = on_disk.as_deref() != Some(content.as_bytes());
         if rewrite {
@@ -591,9 +631,10 @@ impl Driver {
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
         if let Some(parts) = &self.parts.metadata {
-            parts
-                .files
-                .remove(&claim.uid, record.metadata_specs.keys())?;
+            let requests = record.metadata.requests.iter().map(String::as_str);
+            let mut specs = parts.files.spec_names(&claim.uid, requests);
+            specs.extend(record.metadata_specs.keys().cloned());
+            parts.files.remove(&claim.uid, &specs)?;
         }
         faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;

@@ -514,6 +514,7 @@ async fn an_entry_without_identity_is_kept_only_while_its_numbers_hold() {
         cdi_spec: spec.content.clone(),
         metadata_specs: Default::default(),
         metadata_files: Default::default(),
+        metadata: Default::default(),
     };
     h.driver.parts.store.insert("u1", record).await.unwrap();
     assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
@@ -710,6 +711,11 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
             "ainic.amd.com_metadata_u1_b.json"
         ]
     );
+    // The record names the metadata; its content is not kept (issue 34).
+    let record = h.driver.parts.store.get("u1").unwrap();
+    assert_eq!(record.metadata.requests, ["a", "b"]);
+    assert_eq!(record.metadata.pod_claim_name.as_deref(), Some("nics"));
+    assert!(record.metadata_specs.is_empty() && record.metadata_files.is_empty());
     // A repeated prepare answers the same from the checkpoint.
     let again = h.driver.prepare(&[r("two", "u1")]).await["u1"]
         .clone()
@@ -730,6 +736,11 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     assert_eq!(cdi_files(&h).len(), 3, "{:?}", cdi_files(&h));
     assert_eq!(std::fs::read_to_string(&a).unwrap(), before);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    // A file cut short (one document of two) is written whole again.
+    let cut = text.find("\n{").unwrap() + 1;
+    std::fs::write(&file, &text[..cut]).unwrap();
+    h.driver.refresh_all().await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
 
     // A claim refused at the checkpoint leaves no metadata behind.
     h.claims
@@ -738,6 +749,39 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     assert!(!h.plugin_dir.join("dra-device-metadata/u2").exists());
 
     assert!(h.driver.unprepare(&[r("two", "u1")]).await["u1"].is_ok());
+    assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
+    assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
+}
+
+/// Claims recorded by an agent before issue 34 carry their metadata's
+/// content in the checkpoint: it is still what they are restored from, and
+/// what unprepare removes.
+#[tokio::test]
+async fn metadata_recorded_with_its_content_by_an_older_agent_is_restored_and_removed() {
+    let h = harness_of(None, true);
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    let spec_name = "ainic.amd.com_metadata_u1_nic.json";
+    let file = h
+        .plugin_dir
+        .join("dra-device-metadata/u1/nic/metadata.json");
+    let spec = std::fs::read_to_string(h.cdi_dir.join(spec_name)).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut record = h.driver.parts.store.get("u1").unwrap();
+    record.metadata = Default::default();
+    record.metadata_specs = [(spec_name.to_string(), spec.clone())].into();
+    record.metadata_files = [("nic".to_string(), text.clone())].into();
+    h.driver.parts.store.insert("u1", record).await.unwrap();
+    std::fs::remove_file(h.cdi_dir.join(spec_name)).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    h.driver.refresh_all().await;
+    assert_eq!(
+        std::fs::read_to_string(h.cdi_dir.join(spec_name)).unwrap(),
+        spec
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    assert!(h.driver.unprepare(&[r("a", "u1")]).await["u1"].is_ok());
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
     assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
 }
