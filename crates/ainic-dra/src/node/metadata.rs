@@ -25,15 +25,16 @@
 //! lands in `a`'s file, under the name `a/b`. Files are replaced
 //! atomically (temp file, rename) with mode 0644; unprepare removes the
 //! claim's directory and specs, and start-up removes those of claims the
-//! checkpoint does not hold. The checkpoint records which requests have
-//! metadata and the pod's name for the claim, not the content: at start-up
+//! checkpoint does not hold. The checkpoint records each spec (small, and
+//! what an older agent needs after a rollback), which requests have a file
+//! and the pod's name for the claim, not the files' content: at start-up
 //! and every check of a prepared claim, a spec that is missing or differs
-//! is built again from those (the CDI directory is tmpfs), and a file that
-//! is missing or not whole is written again from the claim's devices and
-//! today's attributes and network data (the files are not fsynced, so that
-//! a prepare pays one fsync, the checkpoint's, instead of four). Entries
-//! of agents before that carry the content, and are restored from it.
-//! Figures in docs/benchmarks.md.
+//! is written again from the record (the CDI directory is tmpfs), and a
+//! file that is missing or not whole is written again from the claim's
+//! devices and today's attributes and network data (the files are not
+//! fsynced, so that a prepare pays one fsync, the checkpoint's, instead of
+//! four). Entries of older agents carry the files' content too, and are
+//! restored from it. Figures in docs/benchmarks.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -418,7 +419,7 @@ impl MetadataFiles {
     }
 
     /// The spec file names of requests `requests` (`a`, not `a/b`) of claim `uid`.
-    pub fn spec_names<'a>(
+    fn spec_names<'a>(
         &self,
         uid: &str,
         requests: impl IntoIterator<Item = &'a str>,
@@ -429,21 +430,15 @@ impl MetadataFiles {
         names.collect()
     }
 
-    /// Writes the spec of each of `requests` of `claim` again where it is
-    /// missing or differs (a reboot empties the CDI directory): a spec is
-    /// built from the claim and the request alone. How many it wrote.
-    pub fn restore_specs(
+    /// Writes the files and specs of `requests` of `claim` again, and on
+    /// failure removes nothing ([`Self::write`] does): a restore must not
+    /// take away what is intact.
+    pub fn rewrite(
         &self,
         claim: &ClaimMeta,
-        requests: &[String],
-    ) -> Result<usize, MetadataError> {
-        let mut written = 0;
-        for request in requests {
-            let (_, spec) = self.spec(claim, request, &self.file_of(&claim.uid, request))?;
-            let name = spec_file(&self.driver, &claim.uid, request);
-            written += usize::from(self.restore(&name, &spec)?);
-        }
-        Ok(written)
+        requests: &[RequestMeta],
+    ) -> Result<(), MetadataError> {
+        self.write_all(claim, requests).map(drop)
     }
 
     /// The requests among `requests` of `claim` whose file is not as
@@ -458,8 +453,9 @@ impl MetadataFiles {
         let mut damaged = Vec::new();
         for request in requests {
             let file = self.file_of(&claim.uid, request);
-            let whole = match fs::read_to_string(&file) {
-                Ok(text) => documents_of(&text, &claim.uid, request),
+            let whole = match fs::read(&file) {
+                Ok(bytes) => std::str::from_utf8(&bytes)
+                    .is_ok_and(|text| documents_of(text, &claim.uid, request)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => false,
                 Err(e) => return Err(io_error("read", &file)(e)),
             };

@@ -120,26 +120,26 @@ pub struct PreparedClaim {
     /// record stays small).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cdi_spec: String,
-    /// Entries of older agents only: the claim's device-metadata CDI specs
-    /// (file name, content), written again from here after a reboot.
+    /// The claim's device-metadata CDI specs (file name, content): the CDI
+    /// directory is tmpfs, so they are rewritten from here after a reboot.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata_specs: BTreeMap<String, String>,
     /// Entries of older agents only: the claim's device-metadata files
     /// (request name, content), written again from here after a power cut.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata_files: BTreeMap<String, String>,
-    /// The claim's device metadata as this agent records it: what names
-    /// its files and specs, not their content (about 7 KB a claim, which
-    /// every append and compaction of the journal carried).
+    /// What rebuilds the claim's device-metadata files, in place of their
+    /// content (about 6 KB a claim, which every append and compaction of
+    /// the journal carried).
     #[serde(default, skip_serializing_if = "MetadataRecord::is_empty")]
     pub metadata: MetadataRecord,
 }
 
-/// What rebuilds a prepared claim's device-metadata files and specs when
-/// they are missing or damaged (the CDI directory is tmpfs; the files are
-/// not fsynced): the requests that have one, and the claim's name in its
-/// pod, which is part of the mount path. Their content comes again from
-/// the claim's devices, today's published attributes and network data.
+/// What rebuilds a prepared claim's device-metadata files when they are
+/// missing or damaged (they are not fsynced): the requests that have one,
+/// and the claim's name in its pod, which the files carry. Their content
+/// comes again from the claim's devices, today's published attributes and
+/// network data.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MetadataRecord {

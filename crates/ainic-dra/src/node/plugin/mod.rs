@@ -277,7 +277,7 @@ impl Driver {
         let lock = self.claim_lock(&claim.uid);
         let _held = lock.lock().await;
         if let Some(done) = self.parts.store.get(&claim.uid) {
-            self.refresh_recorded(&claim.uid, &done).await?;
+            self.refresh_recorded(&claim.uid, &done, true).await?;
             // Idempotent: heals a status write lost to a crash or an API error.
             self.report(status::StatusJob::Prepared {
                 claim: claim.clone(),
@@ -302,6 +302,7 @@ impl Driver {
             requests: written.files.keys().cloned().collect(),
             pod_claim_name: meta.and_then(|(claim, _)| claim.pod_claim_name),
         };
+        let recorded = (written.specs, recorded);
         if let Err(error) = self.commit(claim, spec, &devices, recorded).await {
             let removed = files.map(|f| f.remove(&claim.uid, &spec_files));
             if let Some(Err(cleanup)) = removed {
@@ -313,7 +314,7 @@ impl Driver {
         // that followed did not see it yet, so check it now.
         if !Arc::ptr_eq(&seen, &self.parts.inventory.borrow()) {
             let record = self.parts.store.get(&claim.uid).expect("just recorded");
-            self.refresh_recorded(&claim.uid, &record).await?;
+            self.refresh_recorded(&claim.uid, &record, true).await?;
         }
         self.report(status::StatusJob::Prepared {
             claim: claim.clone(),
@@ -327,12 +328,21 @@ impl Driver {
         Ok(devices)
     }
 
-    /// Writes the device-metadata files and specs of recorded claim `uid`
+    /// Writes the device-metadata specs and files of recorded claim `uid`
     /// again where they are missing or damaged (a reboot empties the CDI
-    /// directory; the files are not fsynced). Entries of older agents carry
-    /// the content; this agent's are rebuilt from the claim's devices and
-    /// today's attributes and network data.
-    async fn restore_metadata(&self, uid: &str, record: &PreparedClaim) -> anyhow::Result<()> {
+    /// directory; the files are not fsynced). Specs come from the record.
+    /// Files of entries of older agents too; this agent's are rebuilt from
+    /// the claim's devices and today's attributes and network data, the
+    /// damaged ones only. Before the node's devices are published, only a
+    /// call of the kubelet waits for them (as a prepare does): start-up and
+    /// inventory checks leave a damaged file to the kubelet's next prepare
+    /// of the claim, which comes before its containers start.
+    async fn restore_metadata(
+        &self,
+        uid: &str,
+        record: &PreparedClaim,
+        kubelet_waits: bool,
+    ) -> anyhow::Result<()> {
         let Some(parts) = &self.parts.metadata else {
             return Ok(());
         };
@@ -352,23 +362,20 @@ impl Driver {
             uid: uid.to_string(),
             pod_claim_name: record.metadata.pod_claim_name.clone(),
         };
-        let wanted = &record.metadata.requests;
-        let specs = parts.files.restore_specs(&claim, wanted)?;
-        if specs > 0 {
-            tracing::info!(claim_uid = %uid, specs, "device-metadata CDI specs written again");
-        }
-        let damaged = parts.files.damaged(&claim, wanted)?;
+        let damaged = parts.files.damaged(&claim, &record.metadata.requests)?;
         if damaged.is_empty() {
             return Ok(());
         }
-        // Rare (a power cut): the whole claim's metadata is written again,
-        // from today's attributes (waiting for the first publish, as a
-        // prepare does) and network data.
+        if !kubelet_waits && parts.attributes.borrow().is_none() {
+            tracing::warn!(claim_uid = %uid, requests = ?damaged, "device-metadata files missing or cut short: written again at the kubelet's next prepare of the claim, once the devices are published");
+            return Ok(());
+        }
         let inventory = self.parts.inventory.borrow().clone();
-        let requests = self
+        let mut requests = self
             .request_metadata(parts, &record.devices, &inventory)
             .await;
-        parts.files.write(&claim, &requests)?;
+        requests.retain(|r| damaged.iter().any(|d| d == r.base()));
+        parts.files.rewrite(&claim, &requests)?;
         tracing::info!(claim_uid = %uid, requests = ?damaged, "device-metadata files written again");
         Ok(())
     }
@@ -486,7 +493,7 @@ impl Driver {
         claim: &ClaimRef,
         spec: cdi::ClaimSpec,
         devices: &[PreparedDevice],
-        metadata: MetadataRecord,
+        (spec_contents, metadata): (BTreeMap<String, String>, MetadataRecord),
     ) -> anyhow::Result<()> {
         faults::hit(Point::PrepareBeforeCdi);
         self.parts.cdi.write(&spec)?;
@@ -498,7 +505,7 @@ impl Driver {
             cdi_file: spec.file_name.clone(),
             // Rebuilt from the devices' identities when needed.
             cdi_spec: String::new(),
-            metadata_specs: BTreeMap::new(),
+            metadata_specs: spec_contents,
             metadata_files: BTreeMap::new(),
             metadata,
         };
@@ -517,7 +524,12 @@ impl Driver {
     /// or the file went missing, removed when a device is gone, so no
     /// container is created with a device number from the past. Whether
     /// the file was rewritten.
-    async fn refresh_recorded(&self, uid: &str, record: &PreparedClaim) -> anyhow::Result<bool> {
+    async fn refresh_recorded(
+        &self,
+        uid: &str,
+        record: &PreparedClaim,
+        kubelet_waits: bool,
+    ) -> anyhow::Result<bool> {
         // A netdev (and maybe its RDMA device) in a pod is gone from the
         // host's view: the spec stays as prepared while the pod has them.
         if (self.parts.sandboxes.as_ref()).is_some_and(|s| s.has_moves(uid)) {
@@ -543,7 +555,6 @@ impl Driver {
                 return Err(stale);
             }
         };
-        self.restore_metadata(uid, record).await?;
         let on_disk = self.parts.cdi.read(&record.cdi_file)?;
         let rewrite = on_disk.as_deref() != Some(content.as_bytes());
         if rewrite {
@@ -551,6 +562,7 @@ impl Driver {
                 .cdi
                 .write_file(&record.cdi_file, content.as_bytes())?;
         }
+        self.restore_metadata(uid, record, kubelet_waits).await?;
         // A spec on disk (or, for an entry of an older agent, the recorded
         // one) that differs from today's: the kernel renumbered or renamed.
         let renumbered = if record.cdi_spec.is_empty() {
@@ -583,7 +595,7 @@ impl Driver {
             let Some(record) = self.parts.store.get(&uid) else {
                 continue;
             };
-            match self.refresh_recorded(&uid, &record).await {
+            match self.refresh_recorded(&uid, &record, false).await {
                 Ok(true) => done.rewritten.push(uid),
                 Ok(false) => {}
                 Err(error) => {
@@ -631,10 +643,9 @@ impl Driver {
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
         if let Some(parts) = &self.parts.metadata {
-            let requests = record.metadata.requests.iter().map(String::as_str);
-            let mut specs = parts.files.spec_names(&claim.uid, requests);
-            specs.extend(record.metadata_specs.keys().cloned());
-            parts.files.remove(&claim.uid, &specs)?;
+            parts
+                .files
+                .remove(&claim.uid, record.metadata_specs.keys())?;
         }
         faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;

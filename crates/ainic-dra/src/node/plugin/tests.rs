@@ -715,7 +715,8 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     let record = h.driver.parts.store.get("u1").unwrap();
     assert_eq!(record.metadata.requests, ["a", "b"]);
     assert_eq!(record.metadata.pod_claim_name.as_deref(), Some("nics"));
-    assert!(record.metadata_specs.is_empty() && record.metadata_files.is_empty());
+    assert!(record.metadata_files.is_empty());
+    assert_eq!(record.metadata_specs.len(), 2, "the specs, small, are kept");
     // A repeated prepare answers the same from the checkpoint.
     let again = h.driver.prepare(&[r("two", "u1")]).await["u1"]
         .clone()
@@ -751,6 +752,53 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     assert!(h.driver.unprepare(&[r("two", "u1")]).await["u1"].is_ok());
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
     assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
+}
+
+/// A damaged metadata file is written again from today's attributes, and
+/// only that one; before the devices are published, a check of the agent
+/// leaves it to the kubelet's next prepare instead of waiting (start-up
+/// checks every claim in turn) or writing it without attributes.
+#[tokio::test]
+async fn only_damaged_metadata_files_are_rebuilt_and_not_before_the_devices_are_published() {
+    let h = harness_of(None, true);
+    let rail = |n: i64| {
+        let value = k8s_openapi::api::resource::v1::DeviceAttribute {
+            int: Some(n),
+            ..Default::default()
+        };
+        let rails = [("ainic.amd.com/rail".to_string(), value)];
+        Arc::new(crate::node::metadata::DeviceAttributes::from_iter(
+            [PF0, PF1].map(|d| (d.to_string(), rails.clone().into())),
+        ))
+    };
+    h.attributes.send_replace(Some(rail(3)));
+    h.claims.put(claim(
+        "two",
+        "u1",
+        &[("a", D, "node-a", PF0), ("b", D, "node-a", PF1)],
+        json!([]),
+    ));
+    assert!(h.driver.prepare(&[r("two", "u1")]).await["u1"].is_ok());
+    let file = |request: &str| {
+        h.plugin_dir
+            .join(format!("dra-device-metadata/u1/{request}/metadata.json"))
+    };
+    let a = std::fs::read_to_string(file("a")).unwrap();
+    // Not yet published (an agent starting): the check leaves it.
+    h.attributes.send_replace(None);
+    std::fs::write(file("b"), b"\xff\xfe not text").unwrap();
+    h.driver.refresh_all().await;
+    assert_eq!(std::fs::read(file("b")).unwrap(), b"\xff\xfe not text");
+    // Published, with another value: the kubelet's prepare rebuilds b alone.
+    h.attributes.send_replace(Some(rail(4)));
+    assert!(h.driver.prepare(&[r("two", "u1")]).await["u1"].is_ok());
+    let b = std::fs::read_to_string(file("b")).unwrap();
+    assert!(b.contains("\"int\": 4"), "{b}");
+    assert_eq!(
+        std::fs::read_to_string(file("a")).unwrap(),
+        a,
+        "a was whole"
+    );
 }
 
 /// Claims recorded by an agent before issue 34 carry their metadata's
