@@ -562,7 +562,6 @@ impl Driver {
                 .cdi
                 .write_file(&record.cdi_file, content.as_bytes())?;
         }
-        self.restore_metadata(uid, record, kubelet_waits).await?;
         // A spec on disk (or, for an entry of an older agent, the recorded
         // one) that differs from today's: the kernel renumbered or renamed.
         let renumbered = if record.cdi_spec.is_empty() {
@@ -580,6 +579,8 @@ impl Driver {
                 tracing::warn!(claim_uid = %uid, %error, "rebuilt CDI spec not recorded in the checkpoint");
             }
         }
+        // Last: a failure here must not hide the renumbering found above.
+        self.restore_metadata(uid, record, kubelet_waits).await?;
         Ok(rewrite)
     }
 
