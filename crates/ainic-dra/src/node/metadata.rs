@@ -177,8 +177,8 @@ pub struct Written {
     pub ids: BTreeMap<String, String>,
     /// The CDI specs written (file name, content), to record.
     pub specs: BTreeMap<String, String>,
-    /// The metadata files written (request name, content), to record.
-    pub files: BTreeMap<String, String>,
+    /// The requests whose file was written (`a` for `a/b`), to record.
+    pub requests: BTreeSet<String>,
 }
 
 fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> MetadataError {
@@ -324,7 +324,7 @@ impl MetadataFiles {
             self.write_spec(&spec_name, &content)?;
             written.ids.insert(base.to_string(), id);
             written.specs.insert(spec_name, content);
-            written.files.insert(base.to_string(), text);
+            written.requests.insert(base.to_string());
         }
         Ok(written)
     }

@@ -299,11 +299,11 @@ impl Driver {
         }
         let spec_files: Vec<String> = written.specs.keys().cloned().collect();
         let recorded = MetadataRecord {
-            requests: written.files.keys().cloned().collect(),
+            requests: written.requests.into_iter().collect(),
             pod_claim_name: meta.and_then(|(claim, _)| claim.pod_claim_name),
         };
-        let recorded = (written.specs, recorded);
-        if let Err(error) = self.commit(claim, spec, &devices, recorded).await {
+        let committed = self.commit(claim, spec, &devices, written.specs, recorded);
+        if let Err(error) = committed.await {
             let removed = files.map(|f| f.remove(&claim.uid, &spec_files));
             if let Some(Err(cleanup)) = removed {
                 tracing::error!(error = %cleanup, "failed to remove device metadata after a failed prepare");
@@ -493,7 +493,8 @@ impl Driver {
         claim: &ClaimRef,
         spec: cdi::ClaimSpec,
         devices: &[PreparedDevice],
-        (spec_contents, metadata): (BTreeMap<String, String>, MetadataRecord),
+        metadata_specs: BTreeMap<String, String>,
+        metadata: MetadataRecord,
     ) -> anyhow::Result<()> {
         faults::hit(Point::PrepareBeforeCdi);
         self.parts.cdi.write(&spec)?;
@@ -505,7 +506,7 @@ impl Driver {
             cdi_file: spec.file_name.clone(),
             // Rebuilt from the devices' identities when needed.
             cdi_spec: String::new(),
-            metadata_specs: spec_contents,
+            metadata_specs,
             metadata_files: BTreeMap::new(),
             metadata,
         };
