@@ -17,26 +17,18 @@
 
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+mod cluster;
+
+use cluster::{TOPOLOGY, agent_slices, env_or, fake_nodes, in_chunks};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
-use testkit::testbed::{Testbed, UpOptions, Version, cluster, repo_root};
+use testkit::testbed::{Testbed, UpOptions, Version, cluster as bed_cluster, repo_root};
 
 const PAIRING: &str = "gpu.amd.com/pciAddr";
 const NAMESPACE: &str = "bench";
-const TOPOLOGY: &str = "mi300x-8gpu-8nic";
-/// Requests in flight at once while filling the cluster.
-const WIDTH: usize = 32;
-
-fn env_or(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Objects of a YAML file (multi-document).
 fn documents(path: &std::path::Path) -> Vec<Value> {
@@ -59,23 +51,7 @@ const USED: [&str; 5] = [
 /// Our slices for `node`, as the agent publishes them, each device cut to
 /// the used attributes plus `keep` others when asked.
 fn our_slices(node: &str, keep: Option<usize>) -> Vec<ResourceSlice> {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-        .args(["slices", "--topology", TOPOLOGY, "--node-name", node])
-        .args([
-            "--gpu-pairing-attribute",
-            PAIRING,
-            "--kubernetes-version",
-            "1.37",
-        ])
-        .args(["-o", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut slices: Vec<ResourceSlice> = serde_json::from_slice(&out.stdout).unwrap();
+    let mut slices = agent_slices(node, &["--gpu-pairing-attribute", PAIRING]);
     if let Some(keep) = keep {
         for device in slices
             .iter_mut()
@@ -96,17 +72,6 @@ fn our_slices(node: &str, keep: Option<usize>) -> Vec<ResourceSlice> {
 /// The GPU driver's slice for `node`.
 fn gpu_slice(node: &str, inventory: &topology::Inventory) -> ResourceSlice {
     ainic_dra::demo::world::gpu_slice(node, inventory).unwrap()
-}
-
-async fn in_chunks<F: std::future::Future<Output = ()>>(work: Vec<F>) {
-    let mut work = work.into_iter();
-    loop {
-        let chunk: Vec<F> = work.by_ref().take(WIDTH).collect();
-        if chunk.is_empty() {
-            return;
-        }
-        join_all(chunk).await;
-    }
 }
 
 async fn classes(client: &kube::Client) {
@@ -132,14 +97,7 @@ async fn fill(client: &kube::Client, nodes: usize, keep: Option<usize>) -> (usiz
         .unwrap();
     let inventory = topology::discover(fixture.path(), &Default::default()).unwrap();
     let names: Vec<String> = (0..nodes).map(|i| format!("bench-{i:04}")).collect();
-    let labels = Default::default();
-    in_chunks(
-        names
-            .iter()
-            .map(|n| cluster::fake_node(client, n, &labels))
-            .collect(),
-    )
-    .await;
+    fake_nodes(client, &names).await;
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     let ours = our_slices("bench-0000", keep);
     let shape = (
@@ -246,7 +204,7 @@ async fn main() {
         .unwrap();
     let client = bed.client().await;
     classes(&client).await;
-    cluster::namespace(&client, NAMESPACE).await;
+    bed_cluster::namespace(&client, NAMESPACE).await;
     let filling = Instant::now();
     let (slices, devices, attributes) = fill(&client, nodes, keep).await;
     println!(

@@ -1,0 +1,435 @@
+//! Scale (issue 35): the fabric controller on the testbed's real control
+//! plane (1.37) with `SCALE_NODES` fake nodes (default 500), each with the
+//! slice `ainic-dra slices` publishes for the 8-GPU/8-NIC MI300X node, its
+//! NICs in fabric partition `part-<i / SCALE_PARTITION>` (default 32 nodes
+//! a partition). Starts the real `ainic-dra controller` and prints:
+//! - start → every node labelled with its partition;
+//! - its peak RSS (VmHWM) and CPU time, at each stage;
+//! - at rest for `SCALE_REST_SECONDS` (default 65: one resync): the API
+//!   server's requests by verb and resource from its own
+//!   `apiserver_request_total`, and the writes the controller's passes say
+//!   they made (the node lifecycle controller also writes to fake nodes
+//!   that never send a heartbeat, so node writes in the server's count are
+//!   not all ours);
+//! - one node moved to another partition (its slice republished, as its
+//!   agent would): time until its label says so, and until the
+//!   partition's device counts it;
+//! - `SCALE_MOVE_PERCENT` (default 5) of the nodes moved at once: time
+//!   until every one is labelled anew.
+//!
+//! Asserts only correctness: every node's label and every partition
+//! device's node count as the slices say, after each stage, and no write
+//! at rest (none by the controller's passes, none to slices, claims or
+//! Events). CI runs it at 500 nodes (debug build, 10 s at rest).
+//!
+//! `cargo bench -p ainic-dra --bench scale`; with `SCALE_OUT=FILE` it also
+//! appends the figures as one JSON line (scripts/scale runs the sizes and
+//! draws the curves).
+
+mod cluster;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cluster::{agent_slices, env_or, fake_nodes, in_chunks};
+use dra_model::partitions::{ATTR_NODE_COUNT, LABEL_PARTITION, label_value};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::{DeviceAttribute, ResourceSlice};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use testkit::testbed::{Testbed, UpOptions, Version, cluster as bed_cluster};
+
+const DRIVER: &str = dra_model::names::DEFAULT_DRIVER;
+/// The controller's namespace (its Lease).
+const NAMESPACE: &str = "ainic-system";
+/// The node whose slice is the template of every other's.
+const TEMPLATE_NODE: &str = "scale-00000";
+/// How long any stage may take before the bench gives up.
+const STAGE_LIMIT: Duration = Duration::from_secs(900);
+/// Linux reports CPU times in USER_HZ ticks, 100 a second.
+const TICKS: f64 = 100.0;
+
+fn node_name(i: usize) -> String {
+    format!("scale-{i:05}")
+}
+
+/// The fabric partition of node `i` at the start.
+fn partition(i: usize, per: usize) -> String {
+    format!("part-{:03}", i / per)
+}
+
+/// Puts every device of `slice` in fabric `fabric`, behind one leaf switch.
+fn in_fabric(slice: &mut ResourceSlice, fabric: &str) {
+    for device in slice.spec.devices.iter_mut().flatten() {
+        let attributes = device.attributes.get_or_insert_default();
+        for (name, value) in [
+            ("fabric", fabric),
+            ("leafSwitch", &format!("{fabric}-leaf")),
+        ] {
+            let value = DeviceAttribute {
+                string: Some(value.to_string()),
+                ..DeviceAttribute::default()
+            };
+            attributes.insert(format!("{DRIVER}/{name}"), value);
+        }
+    }
+}
+
+/// Fake nodes and their slices, node `i` in [`partition`]`(i, per)`;
+/// returns each node's slice as created.
+async fn fill(client: &kube::Client, nodes: usize, per: usize) -> Vec<ResourceSlice> {
+    let names: Vec<String> = (0..nodes).map(node_name).collect();
+    fake_nodes(client, &names).await;
+    let template = serde_json::to_string(&agent_slices(TEMPLATE_NODE, &[])).unwrap();
+    let slices: Vec<ResourceSlice> = (names.iter().enumerate())
+        .map(|(i, name)| {
+            let mut own: Vec<ResourceSlice> =
+                serde_json::from_str(&template.replace(TEMPLATE_NODE, name)).unwrap();
+            assert_eq!(own.len(), 1, "the bench expects one slice a node");
+            let mut slice = own.remove(0);
+            in_fabric(&mut slice, &partition(i, per));
+            slice
+        })
+        .collect();
+    let api: Api<ResourceSlice> = Api::all(client.clone());
+    let creates = slices.iter().map(|slice| {
+        let api = api.clone();
+        async move {
+            api.create(&PostParams::default(), slice).await.unwrap();
+        }
+    });
+    in_chunks(creates.collect()).await;
+    slices
+}
+
+/// Republishes `slice` (a new pool generation) with its devices in `fabric`.
+async fn move_node(api: &Api<ResourceSlice>, slice: &mut ResourceSlice, fabric: &str) {
+    in_fabric(slice, fabric);
+    slice.spec.pool.generation += 1;
+    let patch = json!({"spec": {"pool": slice.spec.pool, "devices": slice.spec.devices}});
+    let name = slice.metadata.name.as_deref().unwrap();
+    (api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await)
+        .unwrap_or_else(|e| panic!("cannot republish slice {name}: {e}"));
+}
+
+/// The real controller, as a child process killed on drop.
+struct Controller(Child);
+
+impl Controller {
+    fn start(bed: &Testbed, log: &Path) -> Controller {
+        let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
+            .args(["--log", "info,ainic_dra::controller=debug", "controller"])
+            .arg("--kubeconfig")
+            .arg(bed.kubeconfig())
+            .args(["--namespace", NAMESPACE, "--identity", "scale-bench"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("start ainic-dra controller");
+        Controller(child)
+    }
+
+    /// A field of /proc/PID/status, in KiB.
+    fn status_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap();
+        (status.lines().find_map(|l| l.strip_prefix(field)))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in the controller's status"))
+    }
+
+    /// User and system CPU seconds so far.
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap();
+        // Fields after the command name (which may hold spaces), from the
+        // state (field 3): utime and stime are fields 14 and 15.
+        let after = stat.rsplit_once(')').unwrap().1;
+        let fields: Vec<u64> = (after.split_whitespace().skip(11).take(2))
+            .map(|f| f.parse().unwrap())
+            .collect();
+        (fields[0] + fields[1]) as f64 / TICKS
+    }
+
+    fn peak_mib(&self) -> f64 {
+        self.status_kib("VmHWM:") as f64 / 1024.0
+    }
+
+    fn rss_mib(&self) -> f64 {
+        self.status_kib("VmRSS:") as f64 / 1024.0
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Each node's partition label.
+async fn labels(nodes: &Api<Node>) -> BTreeMap<String, String> {
+    let list = nodes.list_metadata(&ListParams::default()).await.unwrap();
+    (list.items.into_iter())
+        .filter_map(|n| {
+            let label = n.metadata.labels?.remove(LABEL_PARTITION)?;
+            Some((n.metadata.name?, label))
+        })
+        .collect()
+}
+
+/// Nodes (by name) whose label differs from `want`, of those in `want`.
+fn wrong(have: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> usize {
+    (want.iter())
+        .filter(|(node, label)| have.get(*node) != Some(*label))
+        .count()
+}
+
+/// Polls `check` every `every` until it holds; how long that took.
+async fn until(what: &str, every: Duration, mut check: impl AsyncFnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check().await {
+        assert!(
+            started.elapsed() < STAGE_LIMIT,
+            "{what}: not within {STAGE_LIMIT:?}"
+        );
+        tokio::time::sleep(every).await;
+    }
+    started.elapsed()
+}
+
+/// The node count each partition device says, by label value.
+async fn device_counts(slices: &Api<ResourceSlice>) -> BTreeMap<String, i64> {
+    let fields = format!("spec.driver={DRIVER}");
+    let list = slices.list(&ListParams::default().fields(&fields)).await;
+    let key = format!("{DRIVER}/{ATTR_NODE_COUNT}");
+    (list.unwrap().items.into_iter())
+        .filter(|s| s.spec.node_name.is_none())
+        .flat_map(|s| s.spec.devices.unwrap_or_default())
+        .filter_map(|d| Some((d.name, d.attributes?.get(&key)?.int?)))
+        .collect()
+}
+
+/// The node count each partition should have, by label value.
+fn want_counts(want: &BTreeMap<String, String>) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for label in want.values() {
+        *counts.entry(label.clone()).or_default() += 1;
+    }
+    counts
+}
+
+/// The API server's `apiserver_request_total`, by verb and resource.
+async fn requests(client: &kube::Client) -> BTreeMap<(String, String), u64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let (labels, value) = rest.rsplit_once("} ").unwrap();
+        let labels: BTreeMap<&str, &str> = (labels.split("\","))
+            .filter_map(|pair| pair.split_once("=\""))
+            .map(|(k, v)| (k, v.trim_end_matches('"')))
+            .collect();
+        let key = (labels["verb"].to_string(), labels["resource"].to_string());
+        *out.entry(key).or_default() += value.parse::<f64>().unwrap() as u64;
+    }
+    out
+}
+
+/// `after - before`, without the unchanged.
+fn delta(
+    before: &BTreeMap<(String, String), u64>,
+    after: &BTreeMap<(String, String), u64>,
+) -> BTreeMap<(String, String), u64> {
+    (after.iter())
+        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// Whether a pass of the controller reads or writes `resource` (its
+/// Lease aside). Only it lists these at rest; the node lifecycle
+/// controller also writes to the fake nodes, which send no heartbeat.
+fn ours(resource: &str) -> bool {
+    matches!(
+        resource,
+        "resourceslices" | "resourceclaims" | "nodes" | "events"
+    )
+}
+
+/// Passes the controller logged, and the writes they say they made.
+fn passes(log: &Path) -> (u64, u64) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let mut count = 0;
+    let mut writes = 0;
+    for line in text.lines().filter(|l| l.contains("pass done")) {
+        count += 1;
+        for key in ["labels: ", "slices: ", "events: ", "tenant_writes: "] {
+            let at = line.find(key).unwrap() + key.len();
+            let digits: String = line[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            writes += digits.parse::<u64>().unwrap();
+        }
+    }
+    (count, writes)
+}
+
+/// Waits for every node in `want` to carry its label and every partition
+/// device to count its nodes; how long the labels took.
+async fn reflected(
+    what: &str,
+    nodes: &Api<Node>,
+    slices: &Api<ResourceSlice>,
+    want: &BTreeMap<String, String>,
+) -> Duration {
+    let took = until(what, Duration::from_millis(200), async || {
+        wrong(&labels(nodes).await, want) == 0
+    })
+    .await;
+    let counts = want_counts(want);
+    until(what, Duration::from_millis(200), async || {
+        device_counts(slices).await == counts
+    })
+    .await;
+    took
+}
+
+#[tokio::main]
+async fn main() {
+    let count = env_or("SCALE_NODES", 500);
+    let per = env_or("SCALE_PARTITION", 32);
+    let rest = Duration::from_secs(env_or("SCALE_REST_SECONDS", 65) as u64);
+    let move_percent = env_or("SCALE_MOVE_PERCENT", 5);
+    let options = UpOptions {
+        version: Some(Version::V1_37),
+        no_scheduler: true,
+        ..UpOptions::default()
+    };
+    let bed = tokio::task::spawn_blocking(move || Testbed::up(&options))
+        .await
+        .unwrap();
+    let client = bed.client().await;
+    bed_cluster::namespace(&client, NAMESPACE).await;
+    let filling = Instant::now();
+    let mut own = fill(&client, count, per).await;
+    let partitions = count.div_ceil(per);
+    println!(
+        "{count} nodes in {partitions} partitions of {per} filled in {:.1} s",
+        filling.elapsed().as_secs_f64()
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let mut want: BTreeMap<String, String> = (0..count)
+        .map(|i| (node_name(i), label_value(&partition(i, per))))
+        .collect();
+
+    let log = bed.dir().join("scale-controller.log");
+    let controller = Controller::start(&bed, &log);
+    let start = reflected("start", &nodes, &slices, &want).await;
+    let (start_cpu, start_peak) = (controller.cpu_seconds(), controller.peak_mib());
+    println!(
+        "start → {count} nodes labelled: {:.2} s; CPU {start_cpu:.2} s; peak RSS {start_peak:.1} MiB",
+        start.as_secs_f64()
+    );
+
+    // At rest: nothing changes; the bench itself sends nothing.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (before, passes_before, cpu_before) = (
+        requests(&client).await,
+        passes(&log),
+        controller.cpu_seconds(),
+    );
+    tokio::time::sleep(rest).await;
+    let (after, passes_after, cpu_after) = (
+        requests(&client).await,
+        passes(&log),
+        controller.cpu_seconds(),
+    );
+    let at_rest = delta(&before, &after);
+    let rest_cpu = cpu_after - cpu_before;
+    let rest_rss = controller.rss_mib();
+    println!(
+        "at rest {} s: {} passes, {} writes by them; CPU {rest_cpu:.2} s; RSS {rest_rss:.1} MiB; API requests (verb resource count): {at_rest:?}",
+        rest.as_secs(),
+        passes_after.0 - passes_before.0,
+        passes_after.1 - passes_before.1,
+    );
+
+    let pass_writes = passes_after.1 - passes_before.1;
+    assert_eq!(pass_writes, 0, "the controller's passes wrote at rest");
+    let writes: Vec<_> = (at_rest.iter())
+        .filter(|((verb, resource), _)| {
+            !matches!(verb.as_str(), "GET" | "LIST" | "WATCH")
+                && ours(resource)
+                && resource != "nodes"
+        })
+        .collect();
+    assert!(writes.is_empty(), "writes at rest: {writes:?}");
+
+    // One node changes partition.
+    let (moved, to) = (1.min(count - 1), partition(per, per));
+    move_node(&slices, &mut own[moved], &to).await;
+    want.insert(node_name(moved), label_value(&to));
+    let one = reflected("one node moved", &nodes, &slices, &want).await;
+    println!(
+        "one node moved: labelled anew in {:.2} s",
+        one.as_secs_f64()
+    );
+
+    // A share of the nodes change partition at once.
+    let step = (100 / move_percent.max(1)).max(1);
+    let cpu_before = controller.cpu_seconds();
+    let moving: Vec<usize> = (2..count).step_by(step).collect();
+    let mut moves = Vec::new();
+    for (i, slice) in own.iter_mut().enumerate() {
+        if moving.contains(&i) {
+            let to = partition((i + per) % (partitions * per), per);
+            want.insert(node_name(i), label_value(&to));
+            let slices = &slices;
+            moves.push(async move { move_node(slices, slice, &to).await });
+        }
+    }
+    let started = Instant::now();
+    in_chunks(moves).await;
+    let sent = started.elapsed();
+    let many = sent + reflected("many nodes moved", &nodes, &slices, &want).await;
+    let many_cpu = controller.cpu_seconds() - cpu_before;
+    let peak = controller.peak_mib();
+    println!(
+        "{} nodes moved at once: all labelled anew {:.2} s after the first republish; CPU {many_cpu:.2} s; peak RSS {peak:.1} MiB",
+        moving.len(),
+        many.as_secs_f64()
+    );
+
+    if let Ok(out) = std::env::var("SCALE_OUT") {
+        let reads_at_rest: u64 = (at_rest.iter())
+            .filter(|((verb, _), _)| matches!(verb.as_str(), "GET" | "LIST"))
+            .filter(|((_, resource), _)| ours(resource))
+            .map(|(_, n)| n)
+            .sum();
+        let line: Value = json!({
+            "nodes": count, "partition": per,
+            "start_s": start.as_secs_f64(), "start_cpu_s": start_cpu,
+            "rest_s": rest.as_secs(), "rest_cpu_s": rest_cpu, "rest_rss_mib": rest_rss,
+            "rest_pass_writes": pass_writes,
+            "rest_api_reads": reads_at_rest,
+            "one_move_s": one.as_secs_f64(),
+            "moved": moving.len(), "many_move_s": many.as_secs_f64(), "many_move_cpu_s": many_cpu,
+            "peak_rss_mib": peak,
+        });
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&out)
+            .unwrap();
+        std::io::Write::write_all(&mut file, format!("{line}\n").as_bytes()).unwrap();
+    }
+}
