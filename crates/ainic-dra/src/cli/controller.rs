@@ -121,6 +121,9 @@ impl ControllerArgs {
 
 /// Runs the controller until SIGTERM/SIGINT.
 pub fn run(args: ControllerArgs) -> Result<()> {
+    // One malloc arena, trimmed after each pass (node::memory): a pass
+    // reads every slice, node and claim, and frees them all at its end.
+    crate::node::memory::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

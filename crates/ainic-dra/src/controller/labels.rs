@@ -17,12 +17,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use dra_model::partitions::{Collision, NodeFacts};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::reconcile::Reconciler;
+
+/// Node label writes in flight at once: the API client lets no more
+/// through.
+const LABELS_IN_FLIGHT: usize = crate::cli::node::API_REQUESTS_IN_FLIGHT;
 
 /// The field manager of the fabric labels.
 pub fn fabric_manager(driver: &str) -> String {
@@ -100,10 +105,10 @@ impl Reconciler {
     ) -> usize {
         let none = BTreeMap::new();
         let manager = fabric_manager(&self.driver);
-        let mut changed = 0;
+        let keys = dra_model::partitions::NODE_LABELS;
+        let mut writes = Vec::new();
         for (name, labels) in nodes.iter().filter(|(n, _)| !unknown.contains(*n)) {
             let want = wanted.get(name).unwrap_or(&none);
-            let keys = dra_model::partitions::NODE_LABELS;
             if keys.iter().all(|key| labels.get(*key) == want.get(key)) {
                 continue;
             }
@@ -114,7 +119,24 @@ impl Reconciler {
             let want: BTreeMap<String, String> = (want.iter())
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect();
-            match apply_labels(&self.nodes, name, &manager, &want, &stale).await {
+            writes.push((name, want, stale));
+        }
+        // Each node is its own request; the first pass of a large cluster
+        // labels thousands, one after another ran past the pass's time.
+        let written = futures::stream::iter(writes)
+            .map(|(name, want, stale)| {
+                let manager = &manager;
+                async move {
+                    let done = apply_labels(&self.nodes, name, manager, &want, &stale).await;
+                    (name, want, done)
+                }
+            })
+            .buffer_unordered(LABELS_IN_FLIGHT)
+            .collect::<Vec<_>>()
+            .await;
+        let mut changed = 0;
+        for (name, want, done) in written {
+            match done {
                 Ok(()) => {
                     tracing::info!(node = %name, labels = ?want, "node fabric labels set");
                     changed += 1;

@@ -11,8 +11,9 @@
 //! claim's allocation carries the slice's node selector.
 //!
 //! One replica leads ([`lease`]); the others wait. The leader renews its
-//! Lease every [`RENEW_EVERY`] and stops writing when it could not for
-//! [`RENEW_DEADLINE`]. It runs a pass ([`reconcile`]) when a watch sees the
+//! Lease every [`RENEW_EVERY`] (on a task of its own, so a long pass never
+//! delays it) and stops writing when it could not for [`RENEW_DEADLINE`]:
+//! a pass then stops where it is. It runs a pass ([`reconcile`]) when a watch sees the
 //! driver's slices change or a Node come, go or change its partition label
 //! or a ResourceClaim change (at most once per [`PASS_GAP`]), and every
 //! resync. Each partition device says how full it is (`nodesAllocated`,
@@ -121,6 +122,7 @@ pub async fn run(
     config: ControllerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    crate::node::memory::spawn_trimmer();
     let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &config.namespace);
     let elector = lease::Elector::new(leases, &config.lease_name, &config.identity, LEASE_DURATION);
     let slices: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
@@ -156,27 +158,26 @@ pub async fn run(
         untrusted: BTreeSet::new(),
     };
     tokio::pin!(shutdown);
-    let mut leadership = Leadership::default();
+    let elector = std::sync::Arc::new(elector);
+    let (renewer, mut lead) = keep_leading(elector.clone(), config.identity.clone());
     let mut dirty = true;
     let mut last_pass: Option<Instant> = None;
     loop {
-        if leadership.renew_due() {
-            let tried = tokio::time::timeout(RENEW_EVERY, elector.try_lead()).await;
-            leadership.record(tried.unwrap_or(Ok(false)), &config.identity);
-        }
         let resync = last_pass.is_none_or(|t| t.elapsed() >= config.resync_every);
         let settled = last_pass.is_none_or(|t| t.elapsed() >= PASS_GAP);
-        if leadership.leading() && (resync || (dirty && settled)) {
-            // A pass must end while the lease still holds.
-            match tokio::time::timeout(RENEW_DEADLINE / 2, reconciler.pass()).await {
-                Ok(Ok(pass)) => {
+        let leading = lead.borrow().is_some_and(|until| until > Instant::now());
+        if leading && (resync || (dirty && settled)) {
+            match while_leading(&mut lead, reconciler.pass()).await {
+                Some(Ok(pass)) => {
                     dirty = false;
                     tracing::debug!(?pass, "pass done");
                 }
-                Ok(Err(error)) => tracing::error!(%error, "pass failed; trying again"),
-                Err(_) => tracing::error!("pass took too long; trying again"),
+                Some(Err(error)) => tracing::error!(%error, "pass failed; trying again"),
+                None => tracing::error!("leadership ended during a pass; stopped it there"),
             }
             last_pass = Some(Instant::now());
+            // A pass's lists are freed at its end; hand their pages back.
+            crate::node::memory::after_burst();
         }
         tokio::select! {
             () = &mut shutdown => break,
@@ -184,12 +185,59 @@ pub async fn run(
             () = tokio::time::sleep(PASS_GAP) => {}
         }
     }
-    if leadership.leading()
-        && let Err(error) = elector.release().await
-    {
+    // No renewal may come after the release.
+    renewer.abort();
+    let _ = renewer.await;
+    let leading = lead.borrow().is_some_and(|until| until > Instant::now());
+    if leading && let Err(error) = elector.release().await {
         tracing::warn!(%error, "cannot give the lease up");
     }
     tracing::info!("controller stopped");
+}
+
+/// Tries for the Lease every [`RENEW_EVERY`] on a task of its own, so that
+/// a long pass (thousands of nodes to label) never delays a renewal; the
+/// receiver holds until when this replica leads (`None`: it does not).
+fn keep_leading(
+    elector: std::sync::Arc<lease::Elector>,
+    identity: String,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::watch::Receiver<Option<Instant>>,
+) {
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let task = tokio::spawn(async move {
+        let mut leadership = Leadership::default();
+        loop {
+            let tried = tokio::time::timeout(RENEW_EVERY, elector.try_lead()).await;
+            leadership.record(tried.unwrap_or(Ok(false)), &identity);
+            tx.send_replace(leadership.until());
+            tokio::time::sleep(RENEW_EVERY).await;
+        }
+    });
+    (task, rx)
+}
+
+/// Runs `work` while this replica leads (`lead`, from [`keep_leading`]);
+/// `None` when leadership ended first, `work` then dropped where it was.
+/// A pass must write nothing once the lease may be someone else's.
+async fn while_leading<T>(
+    lead: &mut tokio::sync::watch::Receiver<Option<Instant>>,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(work);
+    loop {
+        let until = (*lead.borrow_and_update())?;
+        if until <= Instant::now() {
+            return None;
+        }
+        tokio::select! {
+            out = &mut work => return Some(out),
+            // Then look again: a renewal may have moved it.
+            () = tokio::time::sleep_until(until) => {}
+            changed = lead.changed() => changed.ok()?,
+        }
+    }
 }
 
 /// Whether this replica leads: it does while its last successful renewal
@@ -197,20 +245,13 @@ pub async fn run(
 #[derive(Debug, Default)]
 struct Leadership {
     renewed: Option<Instant>,
-    tried: Option<Instant>,
     was_leading: bool,
 }
 
 impl Leadership {
-    fn renew_due(&self) -> bool {
-        self.tried.is_none_or(|t| t.elapsed() >= RENEW_EVERY)
-    }
-
     fn record(&mut self, result: Result<bool, kube::Error>, identity: &str) {
-        let now = Instant::now();
-        self.tried = Some(now);
         match result {
-            Ok(true) => self.renewed = Some(now),
+            Ok(true) => self.renewed = Some(Instant::now()),
             Ok(false) => self.renewed = None,
             Err(error) => tracing::warn!(%error, "cannot renew the lease"),
         }
@@ -221,8 +262,13 @@ impl Leadership {
         }
     }
 
+    /// Until when this replica leads, if it has renewed.
+    fn until(&self) -> Option<Instant> {
+        Some(self.renewed? + RENEW_DEADLINE)
+    }
+
     fn leading(&self) -> bool {
-        self.renewed.is_some_and(|t| t.elapsed() < RENEW_DEADLINE)
+        self.until().is_some_and(|until| until > Instant::now())
     }
 }
 
@@ -233,11 +279,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_leader_that_cannot_renew_stops_leading_before_the_lease_expires() {
         let mut l = Leadership::default();
-        assert!(!l.leading() && l.renew_due());
+        assert!(!l.leading() && l.until().is_none());
         l.record(Ok(true), "me");
-        assert!(l.leading() && !l.renew_due());
+        assert!(l.leading());
         tokio::time::advance(RENEW_EVERY).await;
-        assert!(l.renew_due());
         // The API is down: still leading while the last renewal is young.
         l.record(Err(kube::Error::LinesCodecMaxLineLengthExceeded), "me");
         assert!(l.leading());
@@ -247,5 +292,33 @@ mod tests {
         assert!(l.leading());
         l.record(Ok(false), "me");
         assert!(!l.leading(), "someone else holds it");
+    }
+
+    /// Issue 35: at 5,000 nodes a pass takes longer than the 5 s it was
+    /// cut at (it never finished, and the controller never converged); it
+    /// now runs while renewals keep coming and stops when they do not.
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_runs_as_long_as_the_lease_is_renewed_and_stops_when_it_is_not() {
+        let (tx, mut lead) = tokio::sync::watch::channel(Some(Instant::now() + RENEW_DEADLINE));
+        let renewals = tokio::spawn(async move {
+            for _ in 0..10 {
+                tokio::time::sleep(RENEW_EVERY).await;
+                tx.send_replace(Some(Instant::now() + RENEW_DEADLINE));
+            }
+            // Then no more renewals: the leader's deadline passes.
+            tx
+        });
+        let long = tokio::time::sleep(RENEW_DEADLINE * 2);
+        let started = Instant::now();
+        assert_eq!(while_leading(&mut lead, long).await, Some(()));
+        assert_eq!(started.elapsed(), RENEW_DEADLINE * 2);
+        let endless = std::future::pending::<()>();
+        assert_eq!(while_leading(&mut lead, endless).await, None);
+        let last_renewal = started + RENEW_EVERY * 10;
+        assert_eq!(Instant::now(), last_renewal + RENEW_DEADLINE);
+        let tx = renewals.await.unwrap();
+        tx.send_replace(None);
+        let at_once = while_leading(&mut lead, std::future::ready(1)).await;
+        assert_eq!(at_once, None, "not leading: the work never starts");
     }
 }

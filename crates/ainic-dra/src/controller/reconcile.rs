@@ -22,7 +22,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ListParams, ObjectList, PostParams, Preconditions};
 use serde_json::{Value, json};
 
 use crate::node::publisher::dropped::{self, GatedField};
@@ -96,6 +96,35 @@ pub(super) fn failed(action: impl Into<String>) -> impl FnOnce(kube::Error) -> P
     move |source| PassError { action, source }
 }
 
+/// Objects a list page holds at most. A pass holds one page of whole
+/// objects at a time and keeps of each only what it reads: at 5,000 nodes
+/// the whole slices of one list were most of the controller's memory.
+const PAGE: u32 = 500;
+
+/// Every object `list` returns for `params`, read [`PAGE`] at a time,
+/// each turned into what is kept of it by `keep`. The pages are one
+/// snapshot (the server's continue token); one that expired fails the
+/// list, and the pass is tried again.
+async fn paged<K, T>(
+    mut list: impl AsyncFnMut(&ListParams) -> kube::Result<ObjectList<K>>,
+    params: ListParams,
+    mut keep: impl FnMut(K) -> T,
+) -> kube::Result<Vec<T>>
+where
+    K: Clone,
+{
+    let mut params = params.limit(PAGE);
+    let mut out = Vec::new();
+    loop {
+        let page = list(&params).await?;
+        out.extend(page.items.into_iter().map(&mut keep));
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(out),
+        }
+    }
+}
+
 /// A slice's content for comparison: the spec without the generation.
 fn content(slice: &ResourceSlice) -> Value {
     let mut spec = serde_json::to_value(&slice.spec).unwrap_or(Value::Null);
@@ -107,12 +136,20 @@ impl Reconciler {
     /// Runs one pass.
     pub async fn pass(&mut self) -> Result<Pass, PassError> {
         let fields = format!("spec.driver={}", self.driver);
-        let params = ListParams::default().fields(&fields);
-        let all = self.slices.list(&params).await;
-        let all = all.map_err(failed("list resource slices"))?.items;
+        let driver = self.driver.clone();
+        let all = paged(
+            async |params| self.slices.list(params).await,
+            ListParams::default().fields(&fields),
+            |slice| partitions::fabric_view(slice, &driver),
+        );
+        let all = all.await.map_err(failed("list resource slices"))?;
         let (mut found, mut collisions, unknown) = self.read_pools(&all);
-        let claims = self.claims.list(&ListParams::default()).await;
-        let claims = claims.map_err(failed("list resource claims"))?.items;
+        let claims = paged(
+            async |params| self.claims.list(params).await,
+            ListParams::default(),
+            |claim| claim,
+        );
+        let claims = claims.await.map_err(failed("list resource claims"))?;
         partitions::count_allocated(&mut found, &claims, &self.driver);
         let mut pass = Pass {
             partitions: (found.iter())
@@ -123,16 +160,21 @@ impl Reconciler {
             ..Pass::default()
         };
         // Metadata only: a cluster's full Node objects are large.
-        let nodes = self.nodes.list_metadata(&ListParams::default()).await;
-        let node_labels: BTreeMap<String, BTreeMap<String, String>> =
-            (nodes.map_err(failed("list nodes"))?.items.into_iter())
-                .map(|n| {
-                    (
-                        n.metadata.name.unwrap_or_default(),
-                        n.metadata.labels.unwrap_or_default(),
-                    )
-                })
-                .collect();
+        let nodes = paged(
+            async |params| self.nodes.list_metadata(params).await,
+            ListParams::default(),
+            |n| {
+                (
+                    n.metadata.name.unwrap_or_default(),
+                    n.metadata.labels.unwrap_or_default(),
+                )
+            },
+        );
+        let node_labels: BTreeMap<String, BTreeMap<String, String>> = nodes
+            .await
+            .map_err(failed("list nodes"))?
+            .into_iter()
+            .collect();
         let wanted = partitions::node_fabric_labels(&found);
         collisions.extend(wanted.collisions);
         pass.collisions = collisions.len();

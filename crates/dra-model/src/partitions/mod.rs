@@ -40,7 +40,7 @@ mod labels;
 pub mod pools;
 
 pub use labels::{Collision, label_value};
-pub use pools::{FabricFacts, Ignored, NodeFacts, NodePools, node_facts, node_pools};
+pub use pools::{FabricFacts, Ignored, NodeFacts, NodePools, fabric_view, node_facts, node_pools};
 
 use std::collections::{BTreeMap, BTreeSet};
 

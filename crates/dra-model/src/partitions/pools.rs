@@ -15,7 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, ResourceSlice};
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::POOL_PREFIX;
 use crate::names::{self, attr};
@@ -137,6 +138,52 @@ pub(super) fn attribute<'a>(
     attrs
         .get(&names::qualified(driver, id))
         .or_else(|| attrs.get(id))
+}
+
+/// The attributes [`node_facts`] reads of a node's device (bare ids, also
+/// read qualified by the driver), besides [`names::ATTR_PCI_BUS_ID`].
+const READ: [&str; 4] = [attr::FABRIC, attr::PHYSFN, attr::RAIL, attr::LEAF_SWITCH];
+
+/// What the controller needs of one of `driver`'s slices: a node's slice
+/// cut to its name, spec shape and, per device, the attributes
+/// [`node_facts`] reads (no capacities, counters, taints or other
+/// attributes, no managed fields). A cluster's node slices are most of
+/// what the controller reads, and their fabric facts a small part of
+/// each; [`node_pools`] and [`node_facts`] say the same of the cut slices
+/// as of the whole ones. A slice without a node name (the controller's own,
+/// compared whole before it rewrites them) is returned as it is.
+pub fn fabric_view(slice: ResourceSlice, driver: &str) -> ResourceSlice {
+    if slice.spec.node_name.is_none() {
+        return slice;
+    }
+    let read = |key: &str| {
+        key == names::ATTR_PCI_BUS_ID
+            || READ
+                .iter()
+                .any(|id| key == *id || key == names::qualified(driver, id))
+    };
+    let devices = (slice.spec.devices.into_iter().flatten())
+        .map(|device| Device {
+            name: device.name,
+            attributes: device
+                .attributes
+                .map(|attrs| attrs.into_iter().filter(|(k, _)| read(k)).collect()),
+            ..Device::default()
+        })
+        .collect();
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: slice.metadata.name,
+            ..ObjectMeta::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: slice.spec.driver,
+            node_name: slice.spec.node_name,
+            pool: slice.spec.pool,
+            devices: Some(devices),
+            ..ResourceSliceSpec::default()
+        },
+    }
 }
 
 /// The fabric facts of every complete pool of `pools` (a node whose

@@ -302,3 +302,47 @@ fn a_half_published_pool_is_not_used() {
     assert!(node_pools(&slices, "ainic.amd.com").incomplete.is_empty());
     assert_eq!(partitions(&slices, "ainic.amd.com").len(), 2);
 }
+
+/// Issue 35: the controller keeps only the fabric view of node slices;
+/// what it works out from them must not change, and its own partition
+/// slices (compared whole before a rewrite) stay whole.
+#[test]
+fn the_fabric_view_of_node_slices_gives_the_same_facts_and_keeps_partition_slices_whole() {
+    let mut slices = with_leaves(node_pool("n1", "pod-a"), |rail| {
+        if rail == 0 { "leaf-0" } else { "leaf-1" }
+    });
+    let mut o = ModelOptions::new("n2");
+    o.pf_with_vfs = crate::PfWithVfs::VfsOnly;
+    o.fabric.node_labels = BTreeMap::from([("ainic.amd.com/fabric".into(), "pod-a".into())]);
+    slices.extend(build_slices(&sample::inventory(2, 2), &ModelConfig::new(o).unwrap()).slices);
+    slices.extend(node_pool("n3", "pod-b"));
+    slices.extend(partition_slices(
+        &partitions(&slices, "ainic.amd.com"),
+        "ainic.amd.com",
+        true,
+    ));
+    let viewed: Vec<ResourceSlice> = (slices.iter().cloned())
+        .map(|s| fabric_view(s, "ainic.amd.com"))
+        .collect();
+    let facts =
+        |all: &[ResourceSlice]| node_facts(&node_pools(all, "ainic.amd.com"), "ainic.amd.com");
+    assert_eq!(facts(&viewed), facts(&slices));
+    assert_eq!(
+        held_labels(&viewed, "ainic.amd.com"),
+        held_labels(&slices, "ainic.amd.com")
+    );
+    assert!(held_labels(&viewed, "ainic.amd.com").len() == 2);
+    let size = |s: &ResourceSlice| serde_json::to_string(s).unwrap().len();
+    let (mut whole_size, mut view_size) = (0, 0);
+    for (whole, view) in slices.iter().zip(&viewed) {
+        if whole.spec.node_name.is_none() {
+            assert_eq!(whole, view, "a partition slice is kept whole");
+            continue;
+        }
+        (whole_size, view_size) = (whole_size + size(whole), view_size + size(view));
+    }
+    assert!(
+        view_size * 2 < whole_size,
+        "{view_size} B of {whole_size} B kept"
+    );
+}
