@@ -25,9 +25,9 @@ use serde_json::{Value, json};
 
 use super::reconcile::Reconciler;
 
-/// Node label writes in flight at once: the API client lets no more
-/// through.
-const LABELS_IN_FLIGHT: usize = crate::cli::node::API_REQUESTS_IN_FLIGHT;
+/// Node label writes in flight at once: one fewer than the API client
+/// lets through, so that a Lease renewal never queues behind them.
+const LABELS_IN_FLIGHT: usize = crate::cli::node::API_REQUESTS_IN_FLIGHT - 1;
 
 /// The field manager of the fabric labels.
 pub fn fabric_manager(driver: &str) -> String {
@@ -123,32 +123,29 @@ impl Reconciler {
         }
         // Each node is its own request; the first pass of a large cluster
         // labels thousands, one after another ran past the pass's time.
-        let written = futures::stream::iter(writes)
+        // Each write is logged as it lands: a pass stopped midway (its
+        // leadership ended) still says which nodes it labelled.
+        futures::stream::iter(writes)
             .map(|(name, want, stale)| {
                 let manager = &manager;
                 async move {
-                    let done = apply_labels(&self.nodes, name, manager, &want, &stale).await;
-                    (name, want, done)
+                    match apply_labels(&self.nodes, name, manager, &want, &stale).await {
+                        Ok(()) => {
+                            tracing::info!(node = %name, labels = ?want, "node fabric labels set");
+                            1
+                        }
+                        // Deleted since the list: nothing to label.
+                        Err(kube::Error::Api(s)) if s.code == 404 => 0,
+                        Err(error) => {
+                            tracing::warn!(node = %name, %error, "cannot label the node; trying again at the next pass");
+                            0
+                        }
+                    }
                 }
             })
             .buffer_unordered(LABELS_IN_FLIGHT)
-            .collect::<Vec<_>>()
-            .await;
-        let mut changed = 0;
-        for (name, want, done) in written {
-            match done {
-                Ok(()) => {
-                    tracing::info!(node = %name, labels = ?want, "node fabric labels set");
-                    changed += 1;
-                }
-                // Deleted since the list: nothing to label.
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(error) => {
-                    tracing::warn!(node = %name, %error, "cannot label the node; trying again at the next pass");
-                }
-            }
-        }
-        changed
+            .fold(0, async |changed, one| changed + one)
+            .await
     }
 
     /// Posts a Warning Event on each node of a refused name of

@@ -54,6 +54,11 @@ pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// Passes triggered by changes run at most this often.
 pub const PASS_GAP: Duration = Duration::from_secs(1);
+/// A pass still running after this long is stopped where it is and tried
+/// again: four times the longest measured (the first pass at 5,000 nodes,
+/// docs/scale.md), so that a stuck request cannot hold the leader for
+/// ever while its renewals keep the others waiting.
+pub const PASS_LIMIT: Duration = Duration::from_secs(120);
 
 /// What the controller runs with.
 #[derive(Clone, Debug)]
@@ -163,17 +168,29 @@ pub async fn run(
     let mut dirty = true;
     let mut last_pass: Option<Instant> = None;
     loop {
+        if renewer.is_finished() {
+            tracing::error!("the lease renewal task ended; stopping the controller");
+            break;
+        }
         let resync = last_pass.is_none_or(|t| t.elapsed() >= config.resync_every);
         let settled = last_pass.is_none_or(|t| t.elapsed() >= PASS_GAP);
         let leading = lead.borrow().is_some_and(|until| until > Instant::now());
         if leading && (resync || (dirty && settled)) {
-            match while_leading(&mut lead, reconciler.pass()).await {
-                Some(Ok(pass)) => {
+            let pass = while_leading(&mut lead, reconciler.pass());
+            let pass = tokio::select! {
+                pass = tokio::time::timeout(PASS_LIMIT, pass) => pass,
+                () = &mut shutdown => break,
+            };
+            match pass {
+                Ok(Some(Ok(pass))) => {
                     dirty = false;
                     tracing::debug!(?pass, "pass done");
                 }
-                Some(Err(error)) => tracing::error!(%error, "pass failed; trying again"),
-                None => tracing::error!("leadership ended during a pass; stopped it there"),
+                Ok(Some(Err(error))) => tracing::error!(%error, "pass failed; trying again"),
+                Ok(None) => tracing::error!("leadership ended during a pass; stopped it there"),
+                Err(_) => {
+                    tracing::error!(limit = ?PASS_LIMIT, "pass took too long; stopped it there")
+                }
             }
             last_pass = Some(Instant::now());
             // A pass's lists are freed at its end; hand their pages back.
@@ -209,8 +226,14 @@ fn keep_leading(
     let task = tokio::spawn(async move {
         let mut leadership = Leadership::default();
         loop {
-            let tried = tokio::time::timeout(RENEW_EVERY, elector.try_lead()).await;
-            leadership.record(tried.unwrap_or(Ok(false)), &identity);
+            // The Lease holds from when the renewal was sent, not answered.
+            let sent = Instant::now();
+            let tried = match tokio::time::timeout(RENEW_EVERY, elector.try_lead()).await {
+                Ok(answer) => answer.map_err(|e| e.to_string()),
+                // Unanswered is not refused: leading goes on until the deadline.
+                Err(_) => Err(format!("no answer within {RENEW_EVERY:?}")),
+            };
+            leadership.record(tried, sent, &identity);
             tx.send_replace(leadership.until());
             tokio::time::sleep(RENEW_EVERY).await;
         }
@@ -232,10 +255,12 @@ async fn while_leading<T>(
             return None;
         }
         tokio::select! {
-            out = &mut work => return Some(out),
+            // The deadline first: once it is past, `work` sends nothing more.
+            biased;
             // Then look again: a renewal may have moved it.
             () = tokio::time::sleep_until(until) => {}
             changed = lead.changed() => changed.ok()?,
+            out = &mut work => return Some(out),
         }
     }
 }
@@ -249,9 +274,10 @@ struct Leadership {
 }
 
 impl Leadership {
-    fn record(&mut self, result: Result<bool, kube::Error>, identity: &str) {
+    /// Takes the answer to a renewal `sent` then (an error: none came).
+    fn record(&mut self, result: Result<bool, String>, sent: Instant, identity: &str) {
         match result {
-            Ok(true) => self.renewed = Some(Instant::now()),
+            Ok(true) => self.renewed = Some(sent),
             Ok(false) => self.renewed = None,
             Err(error) => tracing::warn!(%error, "cannot renew the lease"),
         }
@@ -280,17 +306,23 @@ mod tests {
     async fn a_leader_that_cannot_renew_stops_leading_before_the_lease_expires() {
         let mut l = Leadership::default();
         assert!(!l.leading() && l.until().is_none());
-        l.record(Ok(true), "me");
-        assert!(l.leading());
+        let sent = Instant::now();
+        tokio::time::advance(RENEW_EVERY / 2).await;
+        l.record(Ok(true), sent, "me");
+        assert_eq!(
+            l.until(),
+            Some(sent + RENEW_DEADLINE),
+            "from when it was sent"
+        );
         tokio::time::advance(RENEW_EVERY).await;
-        // The API is down: still leading while the last renewal is young.
-        l.record(Err(kube::Error::LinesCodecMaxLineLengthExceeded), "me");
+        // The API is down or slow: still leading while the last renewal is young.
+        l.record(Err("no answer".into()), Instant::now(), "me");
         assert!(l.leading());
         tokio::time::advance(RENEW_DEADLINE).await;
         assert!(!l.leading(), "stopped well before {LEASE_DURATION:?}");
-        l.record(Ok(true), "me");
+        l.record(Ok(true), Instant::now(), "me");
         assert!(l.leading());
-        l.record(Ok(false), "me");
+        l.record(Ok(false), Instant::now(), "me");
         assert!(!l.leading(), "someone else holds it");
     }
 
