@@ -14,6 +14,7 @@ use super::slices::ModelArgs;
 use crate::classic::args::DevicePluginArgs;
 use crate::node::NodeConfig;
 use crate::node::agent::{self, AgentConfig};
+use crate::node::follow::Lifetime;
 use crate::node::plugin::resolve::Scope;
 use dra_model::health::{HealthPolicy, ThresholdSpec};
 
@@ -119,11 +120,19 @@ pub struct NodeArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub full_rescan_interval: u64,
 
-    /// Seconds between checks of the published ResourceSlices against the
-    /// API server when nothing changed; a check that finds them as
-    /// published writes nothing.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    /// Seconds between checks of the published ResourceSlices (and of the
+    /// API server's release) when nothing changed; a check that finds them
+    /// as published writes nothing. A safety net: the agent watches its own
+    /// slices and repairs any change to them at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub resync_interval: u64,
+
+    /// Mean seconds each of the agent's watches (its slices, Node and
+    /// DaemonSet) lasts before the API server ends it and the agent resumes
+    /// it; each asks for a time within a third of this either way. Every
+    /// watch is a request: at rest they are nearly all an agent makes.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2700, value_parser = clap::value_parser!(u64).range(3..))]
+    pub watch_timeout: u64,
 
     /// Seconds between reads of the fabric config file (`--fabric-config`)
     /// to see whether it changed: an edited ConfigMap takes effect without
@@ -371,6 +380,10 @@ pub fn run(args: NodeArgs) -> Result<()> {
             d.split_once('/')
                 .map(|(ns, name)| (ns.to_string(), name.to_string()))
         }),
+        watches: Lifetime {
+            timeout: Duration::from_secs(args.watch_timeout),
+            ..Lifetime::default()
+        },
     };
     runtime.block_on(async move {
         // Built on a worker while the kubelet's sockets come up here.

@@ -17,12 +17,12 @@ use dra_model::health::Verdicts;
 use dra_model::{FeatureGate, ModelConfig, Release};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::desired::{self, ConfigMetrics, Desired, Inputs, Rebuild, Reporter};
 use super::fabric_config;
-use super::follow::watch as watch_objects;
+use super::follow::{Lifetime, Seen, watch_for};
 use super::health::counters::HealthEvent;
 use super::http::metrics::Metrics;
 use super::node_events::{KubeNodeEvents, NodeEvents, post_soon};
@@ -55,6 +55,8 @@ pub struct AgentConfig {
     /// deleted the agent removes its node's files on exit
     /// ([`super::uninstall`]).
     pub daemonset: Option<(String, String)>,
+    /// How long the agent's watches (its slices, Node and DaemonSet) last.
+    pub watches: Lifetime,
 }
 
 /// The model as published to a server of `release` that dropped the
@@ -103,18 +105,23 @@ async fn read_node(client: &kube::Client, node: &str, backoff: Backoff) -> Node 
 /// Nudges the publisher whenever a watch sees this node's slices of this
 /// driver change: someone else's edit or delete is repaired within
 /// moments, not at the next resync. Our own writes nudge too; the sync
-/// they cause finds nothing to do and writes nothing.
+/// they cause finds nothing to do and writes nothing. A replay (the watch
+/// could not resume: an API server restarted or long gone) also wakes
+/// `replayed`, so the server's release is asked again (an upgrade).
 fn nudge_on_slice_changes(
     client: &kube::Client,
-    node: &str,
-    driver: &str,
-    nudge: mpsc::Sender<()>,
+    (node, driver): (&str, &str),
+    (nudge, replayed): (mpsc::Sender<()>, Arc<Notify>),
+    lifetime: Lifetime,
 ) {
     let slices: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let fields = format!("spec.nodeName={node},spec.driver={driver}");
-    let mut seen = watch_objects(slices, fields, "resource slices");
+    let mut seen = watch_for(slices, fields, "resource slices", lifetime);
     tokio::spawn(async move {
-        while seen.recv().await.is_some() {
+        while let Some(seen) = seen.recv().await {
+            if matches!(seen, Seen::Restarted) {
+                replayed.notify_one();
+            }
             // Full means a nudge is already waiting: one is enough.
             if let Err(mpsc::error::TrySendError::Closed(())) = nudge.try_send(()) {
                 return;
@@ -202,6 +209,7 @@ pub async fn run(
         resync_every,
         kubernetes_version,
         daemonset,
+        watches,
     } = config;
     let waiting = format!(
         "waiting to read Node {}: its labels may fence NICs to a tenant",
@@ -227,7 +235,7 @@ pub async fn run(
     };
     let uninstalling = daemonset
         .as_ref()
-        .map(|(ns, name)| super::uninstall::follow_daemonset(client.clone(), ns, name));
+        .map(|ds| super::uninstall::follow_daemonset(client.clone(), ds, watches));
     let health_events = serving.health_events.take();
     let (stop_tx, stop) = watch::channel(false);
     let wiring = Wiring {
@@ -240,6 +248,7 @@ pub async fn run(
         classic,
         resync_every,
         kubernetes_version,
+        watches,
         publisher_metrics,
         config_metrics,
         published: published_tx,
@@ -332,6 +341,7 @@ struct Wiring {
     classic: Option<ClassicSettings>,
     resync_every: Duration,
     kubernetes_version: Option<Release>,
+    watches: Lifetime,
     publisher_metrics: PublisherMetrics,
     config_metrics: ConfigMetrics,
     published: watch::Sender<Option<String>>,
@@ -394,17 +404,22 @@ impl Wiring {
             None => None,
         };
         let (nudge_tx, nudges) = mpsc::channel(1);
-        nudge_on_slice_changes(&self.client, &self.node, &self.driver, nudge_tx.clone());
+        let replayed = Arc::new(Notify::new());
+        let scope = (self.node.as_str(), self.driver.as_str());
+        let nudging = (nudge_tx.clone(), replayed.clone());
+        nudge_on_slice_changes(&self.client, scope, nudging, self.watches);
         let inputs = Inputs {
             node: self.node.clone(),
             labels,
             fabric,
             rebuild,
+            watches: self.watches,
         };
         let desired = desired::follow(&self.client, inputs, first, reporter, nudge_tx.clone());
         let claims = Arc::new(KubeClaims::new(self.client.clone()));
         let driver = started.own_state(claims).await?;
-        let publishing = self.spawn_publisher(started, desired, dra_split, (nudge_tx, nudges));
+        let nudging = (nudge_tx, nudges, replayed);
+        let publishing = self.spawn_publisher(started, desired, dra_split, nudging);
         Ok(Running {
             publishing,
             classic,
@@ -420,7 +435,7 @@ impl Wiring {
         started: &Serving,
         desired: watch::Receiver<Desired>,
         dra_split: Option<ClassicConfig>,
-        (nudge, nudges): (mpsc::Sender<()>, mpsc::Receiver<()>),
+        (nudge, nudges, replayed): (mpsc::Sender<()>, mpsc::Receiver<()>, Arc<Notify>),
     ) -> JoinHandle<()> {
         let publisher = SlicePublisher::new(
             self.client.clone(),
@@ -454,7 +469,8 @@ impl Wiring {
             if explicit.is_none() {
                 // A control plane upgraded under a running agent.
                 let every = options.resync_every;
-                tokio::spawn(server_version::follow(client, every, release_tx, nudge));
+                let asked = server_version::Asked { every, replayed };
+                tokio::spawn(server_version::follow(client, asked, release_tx, nudge));
             }
             let build = move || {
                 let Desired::Model(model) = desired.borrow().clone() else {

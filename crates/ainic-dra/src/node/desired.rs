@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch};
 
 use super::fabric_config::FabricConfig;
-use super::follow::{Seen, watch as watch_objects};
+use super::follow::{Lifetime, Seen, watch_for};
 use super::node_events::{EventType, NodeEvents, post_soon};
 
 /// Event reason: the fabric config file is invalid.
@@ -205,6 +205,8 @@ pub struct Inputs {
     pub fabric: watch::Receiver<FabricConfig>,
     /// Builds the model.
     pub rebuild: Rebuild,
+    /// How long each watch of the Node lasts.
+    pub watches: Lifetime,
 }
 
 /// Follows the node's labels (a watch of the Node) and the fabric config;
@@ -219,7 +221,8 @@ pub fn follow(
 ) -> watch::Receiver<Desired> {
     let (desired_tx, desired) = watch::channel(first);
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    let mut seen = watch_objects(nodes, format!("metadata.name={}", inputs.node), "node");
+    let fields = format!("metadata.name={}", inputs.node);
+    let mut seen = watch_for(nodes, fields, "node", inputs.watches);
     let mut fabric = Some(inputs.fabric.clone());
     tokio::spawn(async move {
         loop {

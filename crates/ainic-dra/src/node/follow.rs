@@ -3,12 +3,24 @@
 //! Node (whose labels carry fabric facts).
 //!
 //! A plain watch (`kube`'s client, no controller runtime), restarted for
-//! ever with jittered backoff. Each (re)start asks from resourceVersion `0`,
-//! so the server first replays every matching object: whatever happened
-//! while no watch was open is seen as [`Seen::Applied`] or, for objects
-//! gone meanwhile, by the follower comparing with what it expected.
+//! ever. The first watch asks from resourceVersion `0`, so the server first
+//! replays every matching object ([`Seen::Restarted`], then
+//! [`Seen::Applied`] for each). Later watches resume from the last
+//! resourceVersion seen (objects and bookmarks): the server sends only what
+//! changed since, including deletions, and nothing is replayed. A resume
+//! the server refuses (410: its history no longer reaches that far back, as
+//! after an API server restart) or that fails falls back to a replay.
+//!
+//! Why long watches: every watch is a request, and an agent at rest makes
+//! nothing else for hours. Each asks the server to end it after 30 to 60
+//! minutes (the span the API server picks itself for watches that name no
+//! timeout), spread so a fleet started together does not restart together;
+//! the API server sends a bookmark every minute, so a watch silent for
+//! [`Lifetime::idle`] is taken for a lost connection and resumed. See
+//! docs/scale.md ("Agents at rest").
 
 use std::fmt::Debug;
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, WatchEvent, WatchParams};
@@ -24,14 +36,63 @@ pub enum Seen<K> {
     Applied(K),
     /// An object was deleted.
     Deleted(K),
-    /// The watch (re)started: what follows is a full replay.
+    /// The watch (re)started from nothing: what follows is a full replay.
+    /// Not sent when a watch resumes where the last one ended.
     Restarted,
 }
 
+/// How long each watch lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetime {
+    /// The mean time after which the server is asked to end a watch; each
+    /// watch asks for a time within a third of it either way.
+    pub timeout: Duration,
+    /// A watch that brings neither an event nor a bookmark for this long is
+    /// taken for a lost connection and resumed.
+    pub idle: Duration,
+}
+
+impl Default for Lifetime {
+    /// 30 to 60 minutes; idle after 150 s (two and a half bookmarks).
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(2700),
+            idle: Duration::from_secs(150),
+        }
+    }
+}
+
+impl Lifetime {
+    /// The `timeoutSeconds` of the next watch.
+    fn next_timeout(&self) -> u32 {
+        let spread = Backoff {
+            jitter_percent: 33,
+            ..Backoff::default()
+        };
+        spread
+            .jittered(self.timeout)
+            .as_secs()
+            .clamp(1, u64::from(u32::MAX)) as u32
+    }
+}
+
 /// Watches the objects of `api` matching `fields` (a field selector) on a
-/// task of its own; ends when the receiver is dropped. `what` names them
-/// in logs.
+/// task of its own, with the [`Lifetime::default`]; ends when the receiver
+/// is dropped. `what` names them in logs.
 pub fn watch<K>(api: Api<K>, fields: String, what: &'static str) -> mpsc::Receiver<Seen<K>>
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watch_for(api, fields, what, Lifetime::default())
+}
+
+/// [`watch`] with watches that last `lifetime`.
+pub fn watch_for<K>(
+    api: Api<K>,
+    fields: String,
+    what: &'static str,
+    lifetime: Lifetime,
+) -> mpsc::Receiver<Seen<K>>
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
@@ -39,20 +100,39 @@ where
     tokio::spawn(async move {
         let backoff = Backoff::default();
         let mut failures = 0u32;
+        let mut from = None;
         loop {
-            match watch_once(&api, &fields, &tx).await {
+            let delay = match watch_once(&api, &fields, &tx, &mut from, lifetime).await {
                 Ended::Receiver => return,
-                Ended::Stream => failures = 0,
+                // The server's history no longer reaches our version:
+                // replay, soon.
+                Ended::Expired => {
+                    tracing::info!(what, "watch expired; replaying every object");
+                    backoff.delay(1)
+                }
+                Ended::Stream => {
+                    failures = 0;
+                    backoff.delay(1)
+                }
+                Ended::Idle => {
+                    tracing::info!(
+                        what,
+                        idle_s = lifetime.idle.as_secs(),
+                        "watch silent; resuming it"
+                    );
+                    failures = 0;
+                    backoff.delay(1)
+                }
                 Ended::Failed { error, worked } => {
                     // A watch that delivered events was healthy: start the
                     // backoff afresh.
                     failures = if worked { 1 } else { failures + 1 };
                     tracing::warn!(what, %error, failures, "watch failed; restarting");
+                    backoff.delay(failures)
                 }
-            }
-            // A stream that simply ended (server timeout) restarts soon;
-            // failures back off up to the cap, never giving up.
-            tokio::time::sleep(backoff.delay(failures.max(1))).await;
+            };
+            // Failures back off up to the cap, never giving up.
+            tokio::time::sleep(delay).await;
         }
     });
     rx
@@ -61,45 +141,202 @@ where
 enum Ended {
     Receiver,
     Stream,
+    Idle,
+    Expired,
     Failed { error: String, worked: bool },
 }
 
-async fn watch_once<K>(api: &Api<K>, fields: &str, tx: &mpsc::Sender<Seen<K>>) -> Ended
+/// One watch, from `from` (a replay from `0` when `None`); leaves in `from`
+/// the version to resume from.
+async fn watch_once<K>(
+    api: &Api<K>,
+    fields: &str,
+    tx: &mpsc::Sender<Seen<K>>,
+    from: &mut Option<String>,
+    lifetime: Lifetime,
+) -> Ended
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    // Below the API server's shortest watch timeout, so the end is ours.
-    let params = WatchParams::default().fields(fields).timeout(290);
-    let stream = match api.watch(&params, "0").await {
+    // Bookmarks are asked for (kube's default) and carry the version on.
+    let params = WatchParams::default()
+        .fields(fields)
+        .timeout(lifetime.next_timeout());
+    let version = from.clone().unwrap_or_else(|| "0".to_string());
+    let stream = match api.watch(&params, &version).await {
         Ok(stream) => stream,
-        Err(e) => {
-            return Ended::Failed {
-                error: e.to_string(),
-                worked: false,
-            };
-        }
+        Err(kube::Error::Api(status)) if status.code == 410 => return expired(from),
+        Err(e) => return failed(from, e.to_string(), false),
     };
-    if tx.send(Seen::Restarted).await.is_err() {
+    if from.is_none() && tx.send(Seen::Restarted).await.is_err() {
         return Ended::Receiver;
     }
     let mut stream = std::pin::pin!(stream);
     let mut worked = false;
-    while let Some(event) = stream.next().await {
+    loop {
+        let event = match tokio::time::timeout(lifetime.idle, stream.next()).await {
+            Err(_) => return Ended::Idle,
+            Ok(None) => return Ended::Stream,
+            Ok(Some(event)) => event,
+        };
         let seen = match event {
-            Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Ok(Seen::Applied(o)),
-            Ok(WatchEvent::Deleted(o)) => Ok(Seen::Deleted(o)),
-            Ok(WatchEvent::Bookmark(_)) => continue,
-            Ok(WatchEvent::Error(e)) => Err(e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Seen::Applied(o),
+            Ok(WatchEvent::Deleted(o)) => Seen::Deleted(o),
+            Ok(WatchEvent::Bookmark(b)) => {
+                *from = Some(b.metadata.resource_version);
+                worked = true;
+                continue;
+            }
+            Ok(WatchEvent::Error(e)) if e.code == 410 => return expired(from),
+            Ok(WatchEvent::Error(e)) => return failed(from, e.to_string(), worked),
+            Err(e) => return failed(from, e.to_string(), worked),
         };
-        let seen = match seen {
-            Ok(seen) => seen,
-            Err(error) => return Ended::Failed { error, worked },
-        };
+        if let Seen::Applied(o) | Seen::Deleted(o) = &seen {
+            *from = o.meta().resource_version.clone().or(from.take());
+        }
         worked = true;
         if tx.send(seen).await.is_err() {
             return Ended::Receiver;
         }
     }
-    Ended::Stream
+}
+
+fn expired(from: &mut Option<String>) -> Ended {
+    *from = None;
+    Ended::Expired
+}
+
+/// A watch that failed before it brought anything may have been refused
+/// its version (one the server does not have yet, as after a restore from
+/// backup): the next one replays.
+fn failed(from: &mut Option<String>, error: String, worked: bool) -> Ended {
+    if !worked {
+        *from = None;
+    }
+    Ended::Failed { error, worked }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::Node;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use testkit::apiserver::{ApiServer, Fault, Verb};
+
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(30);
+
+    fn node(name: &str, value: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(BTreeMap::from([("a".to_string(), value.to_string())])),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn label(seen: &Seen<Node>) -> Option<String> {
+        match seen {
+            Seen::Applied(n) | Seen::Deleted(n) => n.metadata.labels.as_ref()?.get("a").cloned(),
+            Seen::Restarted => None,
+        }
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<Seen<Node>>) -> Seen<Node> {
+        let seen = tokio::time::timeout(WAIT, rx.recv()).await;
+        seen.expect("an event within 30 s")
+            .expect("the watch task runs")
+    }
+
+    fn watches(api: &ApiServer) -> usize {
+        let requests = api.requests();
+        requests.iter().filter(|r| r.verb == Verb::Watch).count()
+    }
+
+    /// Waits until the server has seen `n` watch requests in all.
+    async fn until_watches(api: &ApiServer, n: usize) {
+        tokio::time::timeout(WAIT, async {
+            while watches(api) < n {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{n} watch requests within 30 s"));
+    }
+
+    /// A stand-in with Node `n1` (label `a=1`), followed with `lifetime`
+    /// past its first replay.
+    async fn following(lifetime: Lifetime) -> (ApiServer, mpsc::Receiver<Seen<Node>>) {
+        let api = ApiServer::start().await.unwrap();
+        api.seed(&node("n1", "1"));
+        let nodes = Api::<Node>::all(api.client());
+        let mut rx = watch_for(nodes, "metadata.name=n1".into(), "node", lifetime);
+        replayed(&mut rx, "1").await;
+        (api, rx)
+    }
+
+    /// Watches that the server ends after a second.
+    const SHORT: Lifetime = Lifetime {
+        timeout: Duration::from_secs(1),
+        idle: WAIT,
+    };
+
+    async fn replayed(rx: &mut mpsc::Receiver<Seen<Node>>, value: &str) {
+        assert_eq!(next(rx).await, Seen::Restarted);
+        let seen = next(rx).await;
+        assert!(matches!(seen, Seen::Applied(_)), "{seen:?}");
+        assert_eq!(label(&seen).as_deref(), Some(value));
+    }
+
+    /// Panics if anything more was seen.
+    fn nothing_more(rx: &mut mpsc::Receiver<Seen<Node>>) {
+        let more = rx.try_recv();
+        assert!(more.is_err(), "nothing replayed: {more:?}");
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_ends_resumes_where_it_was_and_replays_nothing() {
+        let (api, mut rx) = following(SHORT).await;
+        until_watches(&api, 3).await;
+        // A change and a deletion between and across restarts arrive once each.
+        let nodes = Api::<Node>::all(api.client());
+        let patch = serde_json::json!({"metadata": {"labels": {"a": "2"}}});
+        nodes
+            .patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        assert_eq!(label(&next(&mut rx).await).as_deref(), Some("2"));
+        let watched = watches(&api);
+        until_watches(&api, watched + 2).await;
+        nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+        let gone = next(&mut rx).await;
+        assert!(matches!(gone, Seen::Deleted(_)), "{gone:?}");
+        until_watches(&api, watches(&api) + 2).await;
+        nothing_more(&mut rx);
+    }
+
+    #[tokio::test]
+    async fn a_silent_watch_is_resumed_not_replayed() {
+        // The stand-in sends no bookmarks: every watch falls silent.
+        let silent = Lifetime {
+            timeout: Duration::from_secs(3600),
+            idle: Duration::from_millis(300),
+        };
+        let (api, mut rx) = following(silent).await;
+        until_watches(&api, 4).await;
+        nothing_more(&mut rx);
+    }
+
+    #[tokio::test]
+    async fn a_resume_the_server_calls_expired_replays_every_object() {
+        let (api, mut rx) = following(SHORT).await;
+        api.inject(Fault::status(410).on(Verb::Watch).resource("nodes"));
+        replayed(&mut rx, "1").await;
+        assert_eq!(api.pending_faults(), 0);
+    }
 }

@@ -5,11 +5,12 @@
 //! their own from 1.35). `--kubernetes-version` skips the lookup;
 //! `--feature-gates` overrides single gates either way.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use dra_model::{Release, UnsupportedRelease};
 use k8s_openapi::apimachinery::pkg::version::Info;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::publisher::Backoff;
 
@@ -67,17 +68,30 @@ pub async fn learn(
     }
 }
 
-/// Asks the API server for its version every `every` and, when its
+/// When [`follow`] asks the API server's version again.
+#[derive(Debug)]
+pub struct Asked {
+    /// Every so often (the publisher's resync).
+    pub every: Duration,
+    /// And whenever this is notified: a watch had to start over, as after
+    /// an API server restart, which is when an upgrade happens.
+    pub replayed: Arc<Notify>,
+}
+
+/// Asks the API server for its version as `asked` says and, when its
 /// release changed (a control-plane upgrade), sends the new one and nudges
 /// the publisher, which then builds for it. Ends when nobody listens.
 pub async fn follow(
     client: kube::Client,
-    every: Duration,
+    asked: Asked,
     release: watch::Sender<Release>,
     nudge: tokio::sync::mpsc::Sender<()>,
 ) {
     loop {
-        tokio::time::sleep(every).await;
+        tokio::select! {
+            () = tokio::time::sleep(asked.every) => {}
+            () = asked.replayed.notified() => {}
+        }
         if release.is_closed() {
             return;
         }
@@ -160,5 +174,37 @@ mod tests {
         assert_eq!(chosen(&info("1", "31", "v1.31.0")), Release::OLDEST);
         assert_eq!(chosen(&info("", "", "v1.30.2")), Release::OLDEST);
         assert_eq!(chosen(&info("", "", "unknown")), Release::NEWEST);
+    }
+}
+
+#[cfg(test)]
+mod following {
+    use testkit::apiserver::ApiServer;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_replayed_watch_asks_the_release_again_before_the_resync() {
+        let api = ApiServer::start().await.unwrap();
+        api.set_version(34);
+        let (release_tx, mut release) = watch::channel(Release::OLDEST);
+        let (nudge, mut nudges) = tokio::sync::mpsc::channel(1);
+        let replayed = Arc::new(Notify::new());
+        let asked = Asked {
+            every: Duration::from_secs(3600),
+            replayed: replayed.clone(),
+        };
+        tokio::spawn(follow(api.client(), asked, release_tx, nudge));
+        // The control plane is upgraded; the agent's slice watch replays.
+        api.set_version(37);
+        replayed.notify_one();
+        let wait = Duration::from_secs(30);
+        let changed = tokio::time::timeout(wait, release.changed()).await;
+        assert!(changed.is_ok(), "the release was not asked again");
+        assert_eq!(release.borrow().minor(), 37);
+        assert_eq!(
+            tokio::time::timeout(wait, nudges.recv()).await,
+            Ok(Some(()))
+        );
     }
 }

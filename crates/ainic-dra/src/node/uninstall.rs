@@ -115,10 +115,16 @@ fn remove_in(
 /// turns true once it is deleted or being deleted. A watch, not a read at
 /// shutdown: `helm uninstall` deletes the agent's RBAC right after the
 /// DaemonSet, and a watch already open still delivers the deletion.
-pub fn follow_daemonset(client: kube::Client, namespace: &str, name: &str) -> Arc<AtomicBool> {
+/// Each watch lasts `lifetime`.
+pub fn follow_daemonset(
+    client: kube::Client,
+    (namespace, name): &(String, String),
+    lifetime: follow::Lifetime,
+) -> Arc<AtomicBool> {
     let deleted = Arc::new(AtomicBool::new(false));
     let api: kube::Api<DaemonSet> = kube::Api::namespaced(client, namespace);
-    let mut seen = follow::watch(api, format!("metadata.name={name}"), "agent DaemonSet");
+    let fields = format!("metadata.name={name}");
+    let mut seen = follow::watch_for(api, fields, "agent DaemonSet", lifetime);
     let flag = deleted.clone();
     tokio::spawn(async move {
         while let Some(seen) = seen.recv().await {
