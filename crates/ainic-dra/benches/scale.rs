@@ -15,16 +15,25 @@
 //!   partition's device counts it;
 //! - `SCALE_MOVE_PERCENT` (default 5) of the nodes moved at once: time
 //!   until every one is labelled anew.
+//! - agents at rest: with the controller stopped, the API server's requests
+//!   in `SCALE_AGENT_REST_SECONDS` (default 600) without agents, then in as
+//!   long with `SCALE_AGENTS` (default 8) real node agents (`ainic-dra
+//!   node`, fake sysfs) on the first nodes, started with the extra flags in
+//!   `SCALE_AGENT_FLAGS` (e.g. `--watch-timeout 270 --resync-interval 360`
+//!   to see ten times as many of their periodic requests in a window;
+//!   `SCALE_AGENT_BIN` runs another build of the agent).
 //!
 //! Asserts only correctness: every node's label and every partition
 //! device's node count as the slices say, after each stage, and no write
-//! at rest (none by the controller's passes, none to slices, claims or
-//! Events). CI runs it at 500 nodes (debug build, 10 s at rest).
+//! at rest (none by the controller's passes, none to slices, claims, Nodes
+//! or Events, by the controller or by the agents). CI runs it at 500 nodes
+//! (debug build, 10 s at rest, 4 agents).
 //!
 //! `cargo bench -p ainic-dra --bench scale`; with `SCALE_OUT=FILE` it also
 //! appends the figures as one JSON line (scripts/scale runs the sizes and
 //! draws the curves).
 
+mod agents;
 mod cluster;
 
 use std::collections::BTreeMap;
@@ -32,6 +41,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agents::Agent;
 use cluster::{agent_slices, env_or, fake_nodes, in_chunks};
 use dra_model::partitions::{ATTR_NODE_COUNT, LABEL_PARTITION, label_value};
 use k8s_openapi::api::core::v1::Node;
@@ -263,6 +273,108 @@ fn ours(resource: &str) -> bool {
     )
 }
 
+/// Writes to what the controller or the agents write, in `requests`.
+fn our_writes(requests: &BTreeMap<(String, String), u64>) -> Vec<(&(String, String), &u64)> {
+    (requests.iter())
+        .filter(|((verb, resource), _)| {
+            !matches!(verb.as_str(), "GET" | "LIST" | "WATCH") && ours(resource)
+        })
+        .collect()
+}
+
+/// The API server's requests in `window` without agents, then in as long
+/// with `sample` real agents on the first nodes (after each published and
+/// its own writes' echoes settled).
+async fn agents_at_rest(
+    bed: &Testbed,
+    client: &kube::Client,
+    sample: usize,
+    window: Duration,
+) -> [BTreeMap<(String, String), u64>; 2] {
+    let before = requests(client).await;
+    tokio::time::sleep(window).await;
+    let without = delta(&before, &requests(client).await);
+    let flags = std::env::var("SCALE_AGENT_FLAGS").unwrap_or_default();
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    let daemonset = format!("{NAMESPACE}/ainic-dra-node");
+    let mut agents: Vec<Agent> = (0..sample)
+        .map(|i| Agent::start(bed, &node_name(i), &daemonset, &flags))
+        .collect();
+    for agent in &mut agents {
+        agent.published(STAGE_LIMIT).await;
+    }
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let before = requests(client).await;
+    tokio::time::sleep(window).await;
+    let with = delta(&before, &requests(client).await);
+    for agent in &mut agents {
+        agent.assert_running();
+    }
+    [without, with]
+}
+
+/// What a sample of agents asked of the API server at rest.
+struct AgentsAtRest {
+    sample: usize,
+    window: Duration,
+    /// Requests to what agents read or write, beyond those without them.
+    requests: u64,
+    per_agent_hour: f64,
+}
+
+/// The agents' stage (none when `SCALE_AGENTS` is 0): prints what they
+/// asked and asserts they wrote nothing.
+async fn agents_stage(bed: &Testbed, client: &kube::Client, count: usize) -> Option<AgentsAtRest> {
+    let sample = env_or("SCALE_AGENTS", 8).min(count);
+    if sample == 0 {
+        return None;
+    }
+    let window = Duration::from_secs(env_or("SCALE_AGENT_REST_SECONDS", 600) as u64);
+    let [without, with] = agents_at_rest(bed, client, sample, window).await;
+    let by_agents = minus(&with, &without);
+    let requests: u64 = (by_agents.iter())
+        .filter(|((_, resource), _)| agents_touch(resource))
+        .map(|(_, n)| n)
+        .sum();
+    let per_agent_hour = requests as f64 / sample as f64 * 3600.0 / window.as_secs_f64();
+    println!(
+        "{sample} agents at rest {} s: {requests} requests more than without them ({per_agent_hour:.2} an agent an hour; {:.2}/s at {count} nodes, {:.2}/s at 5,000); by verb and resource: {by_agents:?}; without agents: {without:?}",
+        window.as_secs(),
+        per_agent_hour * count as f64 / 3600.0,
+        per_agent_hour * 5000.0 / 3600.0,
+    );
+    let writes = our_writes(&with);
+    assert!(writes.is_empty(), "writes with agents at rest: {writes:?}");
+    Some(AgentsAtRest {
+        sample,
+        window,
+        requests,
+        per_agent_hour,
+    })
+}
+
+/// `with - without` per verb and resource, none below zero.
+fn minus(
+    with: &BTreeMap<(String, String), u64>,
+    without: &BTreeMap<(String, String), u64>,
+) -> BTreeMap<(String, String), u64> {
+    (with.iter())
+        .map(|(key, n)| {
+            (
+                key.clone(),
+                n.saturating_sub(without.get(key).copied().unwrap_or(0)),
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// Whether an agent reads or writes `resource`: its slices, Node,
+/// DaemonSet, claims and Events, and `/version` (no resource).
+fn agents_touch(resource: &str) -> bool {
+    ours(resource) || matches!(resource, "daemonsets" | "")
+}
+
 /// Passes the controller logged, and the writes they say they made.
 fn passes(log: &Path) -> (u64, u64) {
     let text = std::fs::read_to_string(log).unwrap();
@@ -380,11 +492,7 @@ async fn main() {
         "no resync pass in {rest:?} at rest: nothing was checked"
     );
     assert_eq!(pass_writes, 0, "the controller's passes wrote at rest");
-    let writes: Vec<_> = (at_rest.iter())
-        .filter(|((verb, resource), _)| {
-            !matches!(verb.as_str(), "GET" | "LIST" | "WATCH") && ours(resource)
-        })
-        .collect();
+    let writes = our_writes(&at_rest);
     assert!(writes.is_empty(), "writes at rest: {writes:?}");
 
     // One node changes partition.
@@ -422,6 +530,10 @@ async fn main() {
         many.as_secs_f64()
     );
 
+    // Agents at rest: the controller's requests out of the counts.
+    drop(controller);
+    let agents = agents_stage(&bed, &client, count).await;
+
     if let Ok(out) = std::env::var("SCALE_OUT") {
         let reads_at_rest: u64 = (at_rest.iter())
             .filter(|((verb, _), _)| matches!(verb.as_str(), "GET" | "LIST"))
@@ -437,6 +549,11 @@ async fn main() {
             "one_move_s": one.as_secs_f64(),
             "moved": moving.len(), "many_move_s": many.as_secs_f64(), "many_move_cpu_s": many_cpu,
             "peak_rss_mib": peak,
+            "agents": agents.map(|a| json!({
+                "sample": a.sample, "rest_s": a.window.as_secs(),
+                "flags": std::env::var("SCALE_AGENT_FLAGS").unwrap_or_default(),
+                "requests": a.requests, "per_agent_hour": a.per_agent_hour,
+            })),
         });
         let mut file = std::fs::OpenOptions::new()
             .create(true)
