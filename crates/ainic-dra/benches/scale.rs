@@ -21,7 +21,8 @@
 //!   node`, fake sysfs) on the first nodes, started with the extra flags in
 //!   `SCALE_AGENT_FLAGS` (e.g. `--watch-timeout 270 --resync-interval 360`
 //!   to see ten times as many of their periodic requests in a window;
-//!   `SCALE_AGENT_BIN` runs another build of the agent).
+//!   `SCALE_AGENT_BIN` runs another build of the agent; `SCALE_AGENT_LOGS`
+//!   keeps their logs in a directory, at level `SCALE_AGENT_LOG`).
 //!
 //! Asserts only correctness: every node's label and every partition
 //! device's node count as the slices say, after each stage, and no write

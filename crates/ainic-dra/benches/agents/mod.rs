@@ -34,11 +34,16 @@ impl Agent {
             .render(&base.join("sys"))
             .unwrap();
         std::fs::create_dir_all(base.join("dev")).unwrap();
-        let log = base.join("agent.log");
+        // Kept after the bench when `SCALE_AGENT_LOGS` names a directory.
+        let log = match std::env::var("SCALE_AGENT_LOGS") {
+            Ok(dir) => Path::new(&dir).join(format!("{node}.log")),
+            Err(_) => base.join("agent.log"),
+        };
+        let level = std::env::var("SCALE_AGENT_LOG").unwrap_or_else(|_| "info".into());
         // Another build of the agent, to compare: `SCALE_AGENT_BIN`.
         let bin = std::env::var("SCALE_AGENT_BIN");
         let child = Command::new(bin.as_deref().unwrap_or(env!("CARGO_BIN_EXE_ainic-dra")))
-            .args(["--log", "info", "node", "--node-name", node])
+            .args(["--log", &level, "node", "--node-name", node])
             .args(["--http-addr", "", "--daemonset", daemonset])
             .arg("--kubeconfig")
             .arg(bed.kubeconfig())

@@ -118,8 +118,10 @@ fn nudge_on_slice_changes(
     let fields = format!("spec.nodeName={node},spec.driver={driver}");
     let mut seen = watch_for(slices, fields, "resource slices", lifetime);
     tokio::spawn(async move {
+        // The first replay is the start: the release was just learnt.
+        let mut started = false;
         while let Some(seen) = seen.recv().await {
-            if matches!(seen, Seen::Restarted) {
+            if matches!(seen, Seen::Restarted) && std::mem::replace(&mut started, true) {
                 replayed.notify_one();
             }
             // Full means a nudge is already waiting: one is enough.

@@ -7,9 +7,17 @@
 //! replays every matching object ([`Seen::Restarted`], then
 //! [`Seen::Applied`] for each). Later watches resume from the last
 //! resourceVersion seen (objects and bookmarks): the server sends only what
-//! changed since, including deletions, and nothing is replayed. A resume
-//! the server refuses (410: its history no longer reaches that far back, as
-//! after an API server restart) or that fails falls back to a replay.
+//! changed since, including deletions, and nothing is replayed. Only a
+//! resume the server refuses (410: its history no longer reaches that far
+//! back, as after an API server restart; or a version it has not seen)
+//! falls back to a replay.
+//!
+//! A replay comes in name order, not version order, so one cut short by a
+//! broken connection resumes after the last object it brought and may leave
+//! some out. Every follower here either watches one object or takes events
+//! as nudges and reads the truth with a list; a follower that kept the
+//! objects themselves would need a replay known to be whole (the
+//! `sendInitialEvents` bookmark).
 //!
 //! Why long watches: every watch is a request, and an agent at rest makes
 //! nothing else for hours. Each asks the server to end it after 30 to 60
@@ -36,8 +44,9 @@ pub enum Seen<K> {
     Applied(K),
     /// An object was deleted.
     Deleted(K),
-    /// The watch (re)started from nothing: what follows is a full replay.
-    /// Not sent when a watch resumes where the last one ended.
+    /// The watch (re)started from nothing: what follows is a replay of every
+    /// matching object (see the module docs for one cut short). Not sent
+    /// when a watch resumes where the last one ended.
     Restarted,
 }
 
@@ -163,10 +172,12 @@ where
         .fields(fields)
         .timeout(lifetime.next_timeout());
     let version = from.clone().unwrap_or_else(|| "0".to_string());
-    let stream = match api.watch(&params, &version).await {
-        Ok(stream) => stream,
-        Err(kube::Error::Api(status)) if status.code == 410 => return expired(from),
-        Err(e) => return failed(from, e.to_string(), false),
+    // A request sent on a connection that died unseen would wait for ever.
+    let stream = match tokio::time::timeout(lifetime.idle, api.watch(&params, &version)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(kube::Error::Api(status))) if refused(&status) => return expired(from),
+        Ok(Err(e)) => return failed(e.to_string(), false),
+        Err(_) => return failed("no answer".into(), false),
     };
     if from.is_none() && tx.send(Seen::Restarted).await.is_err() {
         return Ended::Receiver;
@@ -183,13 +194,14 @@ where
             Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Seen::Applied(o),
             Ok(WatchEvent::Deleted(o)) => Seen::Deleted(o),
             Ok(WatchEvent::Bookmark(b)) => {
+                tracing::debug!(version = %b.metadata.resource_version, "watch bookmark");
                 *from = Some(b.metadata.resource_version);
                 worked = true;
                 continue;
             }
-            Ok(WatchEvent::Error(e)) if e.code == 410 => return expired(from),
-            Ok(WatchEvent::Error(e)) => return failed(from, e.to_string(), worked),
-            Err(e) => return failed(from, e.to_string(), worked),
+            Ok(WatchEvent::Error(e)) if refused(&e) => return expired(from),
+            Ok(WatchEvent::Error(e)) => return failed(e.to_string(), worked),
+            Err(e) => return failed(e.to_string(), worked),
         };
         if let Seen::Applied(o) | Seen::Deleted(o) = &seen {
             *from = o.meta().resource_version.clone().or(from.take());
@@ -206,14 +218,19 @@ fn expired(from: &mut Option<String>) -> Ended {
     Ended::Expired
 }
 
-/// A watch that failed before it brought anything may have been refused
-/// its version (one the server does not have yet, as after a restore from
-/// backup): the next one replays.
-fn failed(from: &mut Option<String>, error: String, worked: bool) -> Ended {
-    if !worked {
-        *from = None;
-    }
+fn failed(error: String, worked: bool) -> Ended {
     Ended::Failed { error, worked }
+}
+
+/// Whether the server refused the version a watch asked for: too old (410:
+/// its history no longer reaches it) or too new (504 "Too large resource
+/// version": it has not seen it, as after a restore from backup). Only
+/// these make the next watch replay; any other failure (throttling, an API
+/// server restarting, a broken connection) resumes where the last ended,
+/// so a fleet retrying against a struggling server does not replay too.
+fn refused(status: &kube::core::Status) -> bool {
+    status.code == 410
+        || (status.code == 504 && status.message.contains("Too large resource version"))
 }
 
 #[cfg(test)]
@@ -293,6 +310,15 @@ mod tests {
         assert_eq!(label(&seen).as_deref(), Some(value));
     }
 
+    /// Sets `n1`'s label `a` to `value`.
+    async fn relabel(api: &ApiServer, value: &str) {
+        let patch = serde_json::json!({"metadata": {"labels": {"a": value}}});
+        (Api::<Node>::all(api.client()))
+            .patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
     /// Panics if anything more was seen.
     fn nothing_more(rx: &mut mpsc::Receiver<Seen<Node>>) {
         let more = rx.try_recv();
@@ -304,16 +330,14 @@ mod tests {
         let (api, mut rx) = following(SHORT).await;
         until_watches(&api, 3).await;
         // A change and a deletion between and across restarts arrive once each.
-        let nodes = Api::<Node>::all(api.client());
-        let patch = serde_json::json!({"metadata": {"labels": {"a": "2"}}});
-        nodes
-            .patch("n1", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
+        relabel(&api, "2").await;
         assert_eq!(label(&next(&mut rx).await).as_deref(), Some("2"));
         let watched = watches(&api);
         until_watches(&api, watched + 2).await;
-        nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+        (Api::<Node>::all(api.client()))
+            .delete("n1", &DeleteParams::default())
+            .await
+            .unwrap();
         let gone = next(&mut rx).await;
         assert!(matches!(gone, Seen::Deleted(_)), "{gone:?}");
         until_watches(&api, watches(&api) + 2).await;
@@ -329,6 +353,17 @@ mod tests {
         };
         let (api, mut rx) = following(silent).await;
         until_watches(&api, 4).await;
+        nothing_more(&mut rx);
+    }
+
+    #[tokio::test]
+    async fn a_resume_that_fails_otherwise_is_tried_again_without_a_replay() {
+        let (api, mut rx) = following(SHORT).await;
+        api.inject(Fault::status(500).on(Verb::Watch).resource("nodes"));
+        until_watches(&api, 3).await;
+        assert_eq!(api.pending_faults(), 0);
+        relabel(&api, "2").await;
+        assert_eq!(label(&next(&mut rx).await).as_deref(), Some("2"));
         nothing_more(&mut rx);
     }
 
