@@ -253,13 +253,17 @@ async fn requests(client: &kube::Client) -> BTreeMap<(String, String), u64> {
     out
 }
 
-/// `after - before`, without the unchanged.
+/// `after - before` per verb and resource, without the unchanged and
+/// none below zero (two windows' counts are compared too).
 fn delta(
     before: &BTreeMap<(String, String), u64>,
     after: &BTreeMap<(String, String), u64>,
 ) -> BTreeMap<(String, String), u64> {
     (after.iter())
-        .map(|(key, n)| (key.clone(), n - before.get(key).copied().unwrap_or(0)))
+        .map(|(key, n)| {
+            let was = before.get(key).copied().unwrap_or(0);
+            (key.clone(), n.saturating_sub(was))
+        })
         .filter(|(_, n)| *n > 0)
         .collect()
 }
@@ -332,7 +336,7 @@ async fn agents_stage(bed: &Testbed, client: &kube::Client, count: usize) -> Opt
     }
     let window = Duration::from_secs(env_or("SCALE_AGENT_REST_SECONDS", 600) as u64);
     let [without, with] = agents_at_rest(bed, client, sample, window).await;
-    let by_agents = minus(&with, &without);
+    let by_agents = delta(&without, &with);
     let requests: u64 = (by_agents.iter())
         .filter(|((_, resource), _)| agents_touch(resource))
         .map(|(_, n)| n)
@@ -352,22 +356,6 @@ async fn agents_stage(bed: &Testbed, client: &kube::Client, count: usize) -> Opt
         requests,
         per_agent_hour,
     })
-}
-
-/// `with - without` per verb and resource, none below zero.
-fn minus(
-    with: &BTreeMap<(String, String), u64>,
-    without: &BTreeMap<(String, String), u64>,
-) -> BTreeMap<(String, String), u64> {
-    (with.iter())
-        .map(|(key, n)| {
-            (
-                key.clone(),
-                n.saturating_sub(without.get(key).copied().unwrap_or(0)),
-            )
-        })
-        .filter(|(_, n)| *n > 0)
-        .collect()
 }
 
 /// Whether an agent reads or writes `resource`: its slices, Node,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use testkit::testbed::Testbed;
+use testkit::testbed::{Testbed, wait};
 
 use super::cluster::TOPOLOGY;
 
@@ -81,17 +81,18 @@ impl Agent {
 
     /// Waits until it has written its slices.
     pub async fn published(&mut self, limit: Duration) {
-        let started = tokio::time::Instant::now();
-        while !self.log().contains(PUBLISHED) {
+        let what = format!("the agent of {} to publish", self.node);
+        wait::until(&what, limit, || {
             self.assert_running();
-            assert!(
-                started.elapsed() < limit,
-                "the agent of {} published nothing in {limit:?}:\n{}",
-                self.node,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            let log = self.log();
+            let done = if log.contains(PUBLISHED) {
+                Ok(())
+            } else {
+                Err(log)
+            };
+            async move { done }
+        })
+        .await;
     }
 }
 
