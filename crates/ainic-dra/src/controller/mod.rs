@@ -16,7 +16,9 @@
 //! a pass then stops where it is. It runs a pass ([`reconcile`]) when a watch sees the
 //! driver's slices change or a Node come, go or change its partition label
 //! or a ResourceClaim change (at most once per [`PASS_GAP`]), and every
-//! resync. Each partition device says how full it is (`nodesAllocated`,
+//! resync. The slices come from an index the slice watch keeps
+//! ([`slice_index`]; listed again only when it cannot be trusted), the
+//! Nodes' labels and the claims from lists. Each partition device says how full it is (`nodesAllocated`,
 //! from the claims allocated from it), and an unallocated claim of the
 //! partition class that no partition has room for gets a Warning Event
 //! (`NoFabricPartitionFits`) naming each partition's free nodes. It also
@@ -30,10 +32,12 @@
 pub mod labels;
 pub mod lease;
 pub mod reconcile;
+pub mod slice_index;
 mod tenants;
 pub mod webhook;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dra_model::partitions::NODE_LABELS;
@@ -44,6 +48,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::node::follow::{Seen, watch};
+use slice_index::SliceIndex;
 
 /// How often the leader renews (and a candidate tries for) the Lease.
 pub const RENEW_EVERY: Duration = Duration::from_secs(2);
@@ -85,6 +90,25 @@ pub struct ControllerConfig {
 fn nudge_on<K: Send + 'static>(mut seen: mpsc::Receiver<K>, nudges: mpsc::Sender<()>) {
     tokio::spawn(async move {
         while seen.recv().await.is_some() {
+            if let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
+                return;
+            }
+        }
+    });
+}
+
+/// Applies every event of the slice watch to `index`, and nudges.
+fn index_slices(
+    mut seen: mpsc::Receiver<Seen<ResourceSlice>>,
+    index: Arc<Mutex<SliceIndex>>,
+    nudges: mpsc::Sender<()>,
+) {
+    tokio::spawn(async move {
+        while let Some(event) = seen.recv().await {
+            (index
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner))
+            .apply(event);
             if let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
                 return;
             }
@@ -134,8 +158,10 @@ pub async fn run(
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let (nudge_tx, mut nudges) = mpsc::channel(1);
     let by_driver = format!("spec.driver={}", config.driver);
-    nudge_on(
+    let index = Arc::new(Mutex::new(SliceIndex::new(&config.driver)));
+    index_slices(
         watch(slices.clone(), by_driver, "resource slices"),
+        index.clone(),
         nudge_tx.clone(),
     );
     nudge_on_nodes(
@@ -161,6 +187,7 @@ pub async fn run(
         known: BTreeMap::new(),
         told: BTreeMap::new(),
         untrusted: BTreeSet::new(),
+        index,
     };
     tokio::pin!(shutdown);
     let elector = std::sync::Arc::new(elector);

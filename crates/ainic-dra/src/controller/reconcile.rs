@@ -1,5 +1,5 @@
-//! One pass of the controller: read the node agents' slices and the
-//! Nodes, and make the partition label of every Node and the partition
+//! One pass of the controller: read the node agents' slices (kept by the
+//! slice watch, [`super::slice_index`]) and the Nodes, and make the partition label of every Node and the partition
 //! slices say what those slices imply. Writes only what differs, so a
 //! pass at rest writes nothing.
 //!
@@ -14,6 +14,7 @@
 //! complete, not at all, its labels left alone.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use dra_model::partitions::{self, Collision, Ignored, NodeFacts, POOL_PREFIX, Partition};
 use k8s_openapi::api::core::v1::Node;
@@ -25,6 +26,8 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, ObjectList, PostParams, Preconditions};
 use serde_json::{Value, json};
 
+use super::slice_index::SliceIndex;
+use crate::node::follow::Seen;
 use crate::node::publisher::dropped::{self, GatedField};
 
 /// What a pass did.
@@ -80,6 +83,8 @@ pub struct Reconciler {
     pub told: BTreeMap<String, String>,
     /// Untrusted slices already logged (logged again if they go and come).
     pub untrusted: BTreeSet<Ignored>,
+    /// The driver's slices as the slice watch keeps them.
+    pub index: Arc<Mutex<SliceIndex>>,
 }
 
 /// Why a pass failed.
@@ -102,25 +107,27 @@ pub(super) fn failed(action: impl Into<String>) -> impl FnOnce(kube::Error) -> P
 const PAGE: u32 = 500;
 
 /// Every object `list` returns for `params`, read [`PAGE`] at a time,
-/// each turned into what is kept of it by `keep`. The pages are one
-/// snapshot (the server's continue token); one that expired fails the
-/// list, and the pass is tried again.
+/// each turned into what is kept of it by `keep`, and the list's
+/// resourceVersion. The pages are one snapshot (the server's continue
+/// token); one that expired fails the list, and the pass is tried again.
 async fn paged<K, T>(
     mut list: impl AsyncFnMut(&ListParams) -> kube::Result<ObjectList<K>>,
     params: ListParams,
     mut keep: impl FnMut(K) -> T,
-) -> kube::Result<Vec<T>>
+) -> kube::Result<(Vec<T>, Option<String>)>
 where
     K: Clone,
 {
     let mut params = params.limit(PAGE);
     let mut out = Vec::new();
+    let mut version = None;
     loop {
         let page = list(&params).await?;
+        version = version.or(page.metadata.resource_version);
         out.extend(page.items.into_iter().map(&mut keep));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(out),
+            _ => return Ok((out, version)),
         }
     }
 }
@@ -135,21 +142,14 @@ fn content(slice: &ResourceSlice) -> Value {
 impl Reconciler {
     /// Runs one pass.
     pub async fn pass(&mut self) -> Result<Pass, PassError> {
-        let fields = format!("spec.driver={}", self.driver);
-        let driver = self.driver.clone();
-        let all = paged(
-            async |params| self.slices.list(params).await,
-            ListParams::default().fields(&fields),
-            |slice| partitions::fabric_view(slice, &driver),
-        );
-        let all = all.await.map_err(failed("list resource slices"))?;
+        let all = self.driver_slices().await?;
         let (mut found, mut collisions, unknown) = self.read_pools(&all);
         let claims = paged(
             async |params| self.claims.list(params).await,
             ListParams::default(),
             |claim| claim,
         );
-        let claims = claims.await.map_err(failed("list resource claims"))?;
+        let (claims, _) = claims.await.map_err(failed("list resource claims"))?;
         partitions::count_allocated(&mut found, &claims, &self.driver);
         let mut pass = Pass {
             partitions: (found.iter())
@@ -173,6 +173,7 @@ impl Reconciler {
         let node_labels: BTreeMap<String, BTreeMap<String, String>> = nodes
             .await
             .map_err(failed("list nodes"))?
+            .0
             .into_iter()
             .collect();
         let wanted = partitions::node_fabric_labels(&found);
@@ -195,6 +196,30 @@ impl Reconciler {
         pass.tenant_writes = self.bind_tenants(&claims, &node_labels).await?;
         pass.slices = slices?;
         Ok(pass)
+    }
+
+    /// The fabric views of the driver's slices: from the index when it is
+    /// whole, else listed, the index made whole from the list.
+    async fn driver_slices(&mut self) -> Result<Vec<ResourceSlice>, PassError> {
+        if let Some(all) = self.index().snapshot() {
+            return Ok(all);
+        }
+        let fields = format!("spec.driver={}", self.driver);
+        let driver = self.driver.clone();
+        let all = paged(
+            async |params| self.slices.list(params).await,
+            ListParams::default().fields(&fields),
+            |slice| partitions::fabric_view(slice, &driver),
+        );
+        let (all, version) = all.await.map_err(failed("list resource slices"))?;
+        self.index().replace(version.as_deref(), all.clone());
+        Ok(all)
+    }
+
+    fn index(&self) -> std::sync::MutexGuard<'_, SliceIndex> {
+        self.index
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The partitions of the trusted node pools among `all` (a half
@@ -340,6 +365,7 @@ impl Reconciler {
                 }
             };
             self.learn(&slice, &stored);
+            self.index().apply(Seen::Applied(stored));
             tracing::info!(slice = %name, "partition slice published");
             writes += 1;
         }
@@ -360,6 +386,7 @@ impl Reconciler {
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(failed(format!("delete resource slice {name}"))(e)),
             }
+            self.index().deleted_here(old);
             tracing::info!(slice = %name, "slice of a partition that is gone deleted");
             writes += 1;
         }

@@ -145,7 +145,7 @@ pub(super) fn attribute<'a>(
 const READ: [&str; 4] = [attr::FABRIC, attr::PHYSFN, attr::RAIL, attr::LEAF_SWITCH];
 
 /// What the controller needs of one of `driver`'s slices: a node's slice
-/// cut to its name, spec shape and, per device, the attributes
+/// cut to its name, resourceVersion, spec shape and, per device, the attributes
 /// [`node_facts`] reads (no capacities, counters, taints or other
 /// attributes, no managed fields). A cluster's node slices are most of
 /// what the controller reads, and their fabric facts a small part of
@@ -174,6 +174,7 @@ pub fn fabric_view(slice: ResourceSlice, driver: &str) -> ResourceSlice {
     ResourceSlice {
         metadata: ObjectMeta {
             name: slice.metadata.name,
+            resource_version: slice.metadata.resource_version,
             ..ObjectMeta::default()
         },
         spec: ResourceSliceSpec {
