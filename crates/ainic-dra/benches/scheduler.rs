@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 mod cluster;
 
-use cluster::{TOPOLOGY, agent_slices, env_or, fake_nodes, in_chunks};
+use cluster::{TOPOLOGY, agent_slices, classes, documents, env_or, fake_nodes, in_chunks};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
@@ -29,15 +29,6 @@ use testkit::testbed::{Testbed, UpOptions, Version, cluster as bed_cluster, repo
 
 const PAIRING: &str = "gpu.amd.com/pciAddr";
 const NAMESPACE: &str = "bench";
-
-/// Objects of a YAML file (multi-document).
-fn documents(path: &std::path::Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    text.split("\n---")
-        .filter_map(|doc| serde_yaml_ng::from_str::<Value>(doc).ok())
-        .filter(|v| v.is_object())
-        .collect()
-}
 
 /// Attributes the claim and the shipped classes read: never trimmed.
 const USED: [&str; 5] = [
@@ -72,20 +63,6 @@ fn our_slices(node: &str, keep: Option<usize>) -> Vec<ResourceSlice> {
 /// The GPU driver's slice for `node`.
 fn gpu_slice(node: &str, inventory: &topology::Inventory) -> ResourceSlice {
     ainic_dra::demo::world::gpu_slice(node, inventory).unwrap()
-}
-
-async fn classes(client: &kube::Client) {
-    let api: Api<DeviceClass> = Api::all(client.clone());
-    let mut all: Vec<Value> = Vec::new();
-    for entry in std::fs::read_dir(repo_root().join("deploy/deviceclasses")).unwrap() {
-        all.extend(documents(&entry.unwrap().path()));
-    }
-    all.push(json!({"metadata": {"name": "gpu.amd.com"},
-        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.amd.com'"}}]}}));
-    for class in all {
-        let class: DeviceClass = serde_json::from_value(class).unwrap();
-        api.create(&PostParams::default(), &class).await.unwrap();
-    }
 }
 
 /// Nodes `bench-0000`… with their slices; returns what one node publishes.
