@@ -212,7 +212,7 @@ impl Reconciler {
             |slice| partitions::fabric_view(slice, &driver),
         );
         let (all, version) = all.await.map_err(failed("list resource slices"))?;
-        self.index().replace(version.as_deref(), all.clone());
+        self.index().replace(version.as_deref(), &all);
         Ok(all)
     }
 
