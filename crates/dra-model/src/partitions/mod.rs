@@ -314,7 +314,8 @@ fn whole_nodes(q: &Quantity) -> Option<u64> {
 
 /// Why an unallocated claim asking `class` for a partition fits none, in
 /// words, when it fits none: the nodes it asks for (its `nodes` capacity
-/// request, else one) against each partition's free nodes.
+/// request, else one) against each partition's free nodes, those with the
+/// most room first, cut to fit an Event's note ([`NOTE_LIMIT`]).
 pub fn why_no_partition_fits(
     partitions: &BTreeMap<String, Partition>,
     claim: &ResourceClaim,
@@ -347,17 +348,44 @@ pub fn why_no_partition_fits(
     if partitions.values().any(|p| free(p) >= wanted) {
         return None;
     }
-    let each: Vec<String> = (partitions.values())
+    let mut by_room: Vec<&Partition> = partitions.values().collect();
+    by_room.sort_by_key(|p| std::cmp::Reverse(free(p)));
+    let head = format!("no fabric partition has room for {wanted} nodes: ");
+    if by_room.is_empty() {
+        return Some(head + "none published");
+    }
+    let each: Vec<String> = (by_room.iter())
         .map(|p| format!("{} {} of {} free", p.name, free(p), p.nodes.len()))
         .collect();
-    let each = if each.is_empty() {
-        "none published".to_string()
-    } else {
-        each.join(", ")
-    };
-    Some(format!(
-        "no fabric partition has room for {wanted} nodes: {each}"
-    ))
+    Some(head.clone() + &within_note(&each, NOTE_LIMIT - head.len()))
+}
+
+/// The longest an Event's note may be (the API server refuses longer).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// `items` joined by `, `, as many as fit in `limit` bytes with the count of
+/// those left out (`…, and 12 more`).
+fn within_note(items: &[String], limit: usize) -> String {
+    let mut out = String::new();
+    for (i, item) in items.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        let left = items.len() - i - 1;
+        // Room for this item and, if others follow, the longest tail.
+        let tail = if left > 0 {
+            format!(", and {} more", items.len()).len()
+        } else {
+            0
+        };
+        if out.len() + sep.len() + item.len() + tail > limit {
+            if i == 0 {
+                return format!("{} partitions", items.len());
+            }
+            return format!("{out}, and {} more", items.len() - i);
+        }
+        out.push_str(sep);
+        out.push_str(item);
+    }
+    out
 }
 
 /// The labels of [`NODE_LABELS`] each node should carry, and the
