@@ -105,10 +105,7 @@ fn index_slices(
 ) {
     tokio::spawn(async move {
         while let Some(event) = seen.recv().await {
-            (index
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner))
-            .apply(event);
+            slice_index::lock(&index).apply(event);
             if let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
                 return;
             }

@@ -206,20 +206,19 @@ impl Reconciler {
         }
         let fields = format!("spec.driver={}", self.driver);
         let driver = self.driver.clone();
+        let epoch = self.index().begin_list();
         let all = paged(
             async |params| self.slices.list(params).await,
             ListParams::default().fields(&fields),
             |slice| partitions::fabric_view(slice, &driver),
         );
         let (all, version) = all.await.map_err(failed("list resource slices"))?;
-        self.index().replace(version.as_deref(), &all);
+        self.index().replace(epoch, version.as_deref(), &all);
         Ok(all)
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, SliceIndex> {
-        self.index
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        super::slice_index::lock(&self.index)
     }
 
     /// The partitions of the trusted node pools among `all` (a half
@@ -356,12 +355,14 @@ impl Reconciler {
                         .slices
                         .replace(&name, &PostParams::default(), &slice)
                         .await;
-                    done.map_err(failed(format!("update resource slice {name}")))?
+                    done.map_err(|e| self.stale(e))
+                        .map_err(failed(format!("update resource slice {name}")))?
                 }
                 None => {
                     slice.spec.pool.generation = 1;
                     let done = self.slices.create(&PostParams::default(), &slice).await;
-                    done.map_err(failed(format!("create resource slice {name}")))?
+                    done.map_err(|e| self.stale(e))
+                        .map_err(failed(format!("create resource slice {name}")))?
                 }
             };
             self.learn(&slice, &stored);
@@ -384,13 +385,27 @@ impl Reconciler {
             match self.slices.delete(&name, &params).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(failed(format!("delete resource slice {name}"))(e)),
+                Err(e) => {
+                    let e = self.stale(e);
+                    return Err(failed(format!("delete resource slice {name}"))(e));
+                }
             }
             self.index().deleted_here(old);
             tracing::info!(slice = %name, "slice of a partition that is gone deleted");
             writes += 1;
         }
         Ok(writes)
+    }
+
+    /// Passes `error` on; one that says the slice was not as the index
+    /// held it (a conflict, or gone) makes the next pass list.
+    fn stale(&self, error: kube::Error) -> kube::Error {
+        if let kube::Error::Api(status) = &error
+            && matches!(status.code, 404 | 409)
+        {
+            self.index().forget();
+        }
+        error
     }
 
     /// A server that drops the sharing fields (consumable capacity off)

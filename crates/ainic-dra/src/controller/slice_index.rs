@@ -10,7 +10,10 @@
 //! a number, and every [`RELIST_EVERY`] as a safety net.
 //!
 //! A list and the watch run side by side, so either may bring a change
-//! first. Each slice (and each deletion, as a tombstone) keeps its
+//! first; a list only makes the index whole if the watch had opened before
+//! it began and did not replay meanwhile (a replay mentions only what
+//! still exists, so a deletion between the list's snapshot and the replay
+//! would be lost). Each slice (and each deletion, as a tombstone) keeps its
 //! resourceVersion, and an event no newer than what the index holds of
 //! that slice, or than the list that made it whole, is already in it.
 //! That compares versions as numbers, which the API server's storage
@@ -19,6 +22,7 @@
 //! lists, as every pass did before.
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use dra_model::partitions;
@@ -43,11 +47,18 @@ pub struct SliceIndex {
     driver: String,
     /// Slices by name: resourceVersion and fabric view (JSON).
     slices: BTreeMap<String, (u64, Box<str>)>,
-    /// Slices deleted since the last list, with the version of the deletion.
+    /// Slices deleted since the last list, with the version of the
+    /// deletion; kept only while a list is running or the index is whole
+    /// (a list taken later knows of them).
     deleted: BTreeMap<String, u64>,
     /// The version and time of the list that made it whole; `None`: not
     /// whole, the next pass lists.
     listed: Option<(u64, Instant)>,
+    /// Counts the watch's replays (and anything else that makes a list
+    /// running now untrustworthy); 0 until the watch first opened.
+    epoch: u64,
+    /// A list is running ([`SliceIndex::begin_list`]).
+    listing: bool,
 }
 
 impl SliceIndex {
@@ -58,6 +69,8 @@ impl SliceIndex {
             slices: BTreeMap::new(),
             deleted: BTreeMap::new(),
             listed: None,
+            epoch: 0,
+            listing: false,
         }
     }
 
@@ -66,27 +79,44 @@ impl SliceIndex {
         let (slice, deleted) = match seen {
             Seen::Applied(slice) => (slice, false),
             Seen::Deleted(slice) => (slice, true),
-            // What follows may leave out what was deleted meanwhile.
-            Seen::Restarted => return self.listed = None,
+            // What follows may leave out what was deleted meanwhile, and
+            // its versions may be lower than those held (etcd restored).
+            Seen::Restarted => return self.restart(),
         };
         let name = slice.metadata.name.clone().unwrap_or_default();
         let Some(version) = version(&slice) else {
             tracing::debug!(slice = %name, "resource version not a number; the next pass lists");
-            return self.listed = None;
+            return self.restart();
         };
         if version <= self.latest(&name) {
             return;
         }
         if deleted {
             self.slices.remove(&name);
-            self.deleted.insert(name, version);
+            if self.listing || self.listed.is_some() {
+                self.deleted.insert(name, version);
+            }
         } else {
             self.deleted.remove(&name);
             let Some(view) = text(&partitions::fabric_view(slice, &self.driver)) else {
-                return self.listed = None;
+                return self.restart();
             };
             self.slices.insert(name, (version, view));
         }
+    }
+
+    /// Forgets everything: not whole, and a list running now does not make
+    /// it whole.
+    fn restart(&mut self) {
+        self.epoch += 1;
+        self.listed = None;
+        self.slices.clear();
+        self.deleted.clear();
+    }
+
+    /// Not whole: the next pass lists (a write found the index stale).
+    pub fn forget(&mut self) {
+        self.listed = None;
     }
 
     /// Takes a slice the controller itself deleted (`slice` as it was):
@@ -94,7 +124,7 @@ impl SliceIndex {
     pub fn deleted_here(&mut self, slice: &ResourceSlice) {
         let name = slice.metadata.name.clone().unwrap_or_default();
         let Some(version) = version(slice) else {
-            return self.listed = None;
+            return self.restart();
         };
         self.slices.remove(&name);
         let at = self.deleted.entry(name).or_default();
@@ -111,20 +141,31 @@ impl SliceIndex {
         listed.max(held)
     }
 
-    /// Makes the index what a list at `version` (its metadata's
-    /// resourceVersion) returned, fabric views already taken: what the
-    /// watch brought that is newer than the list stays.
-    pub fn replace(&mut self, version: Option<&str>, listed: &[ResourceSlice]) {
+    /// Says a list begins; what it returns goes to [`SliceIndex::replace`].
+    pub fn begin_list(&mut self) -> u64 {
+        self.listing = true;
+        self.epoch
+    }
+
+    /// Makes the index what a list begun at `epoch` returned at `version`
+    /// (its metadata's resourceVersion), fabric views already taken: what
+    /// the watch brought that is newer than the list stays. Left not
+    /// whole when the watch replayed since the list began, or had not yet
+    /// opened (the list may hold what the replay no longer mentions).
+    pub fn replace(&mut self, epoch: u64, version: Option<&str>, listed: &[ResourceSlice]) {
+        self.listing = false;
+        if epoch != self.epoch || epoch == 0 {
+            tracing::debug!("the slice watch (re)started during the list; the next pass lists");
+            return;
+        }
         let Some(at) = version.and_then(|v| v.parse::<u64>().ok()) else {
             tracing::debug!(?version, "list version not a number; passes keep listing");
-            self.listed = None;
-            return;
+            return self.restart();
         };
         let mut slices = BTreeMap::new();
         for slice in listed {
             let (Some(v), Some(view)) = (self::version(slice), text(slice)) else {
-                self.listed = None;
-                return;
+                return self.restart();
             };
             let name = slice.metadata.name.clone().unwrap_or_default();
             slices.insert(name, (v, view));
@@ -156,6 +197,17 @@ impl SliceIndex {
         });
         read.collect::<Result<_, _>>().ok()
     }
+}
+
+/// Locks `index`; one a panic left poisoned starts again empty (not
+/// whole: the next pass lists) rather than be trusted half updated.
+pub fn lock(index: &Mutex<SliceIndex>) -> MutexGuard<'_, SliceIndex> {
+    index.lock().unwrap_or_else(|poisoned| {
+        let mut guard = poisoned.into_inner();
+        *guard = SliceIndex::new(&guard.driver);
+        index.clear_poison();
+        guard
+    })
 }
 
 /// A view as kept: its JSON (`None`, never seen, if it cannot be written).
@@ -205,10 +257,22 @@ mod tests {
     }
 
     fn listed(index: &mut SliceIndex, at: u64, slices: Vec<ResourceSlice>) {
+        let epoch = index.begin_list();
+        replace(index, epoch, at, slices);
+    }
+
+    fn replace(index: &mut SliceIndex, epoch: u64, at: u64, slices: Vec<ResourceSlice>) {
         let views: Vec<ResourceSlice> = (slices.into_iter())
             .map(|s| partitions::fabric_view(s, DRIVER))
             .collect();
-        index.replace(Some(&at.to_string()), &views);
+        index.replace(epoch, Some(&at.to_string()), &views);
+    }
+
+    /// An index whose watch has opened (its first replay begun).
+    fn watched() -> SliceIndex {
+        let mut index = SliceIndex::new(DRIVER);
+        index.apply(Seen::Restarted);
+        index
     }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -219,7 +283,7 @@ mod tests {
 
     #[test]
     fn not_whole_until_listed_then_changes_apply_without_a_list() {
-        let mut index = SliceIndex::new(DRIVER);
+        let mut index = watched();
         index.apply(Seen::Applied(slice("a", 5, "x")));
         assert!(index.snapshot().is_none(), "never listed");
         listed(&mut index, 10, vec![slice("a", 5, "x"), slice("b", 7, "x")]);
@@ -231,23 +295,33 @@ mod tests {
 
     #[test]
     fn what_the_list_already_holds_or_an_older_event_changes_nothing() {
-        let mut index = SliceIndex::new(DRIVER);
+        let mut index = watched();
         listed(&mut index, 10, vec![slice("a", 9, "x")]);
         // Replayed by the watch, or late: no newer than the list.
         index.apply(Seen::Applied(slice("a", 8, "old")));
-        index.apply(Seen::Deleted(slice("gone", 10, "x")));
+        index.apply(Seen::Deleted(slice("a", 10, "x")));
         index.apply(Seen::Applied(slice("a", 14, "y")));
         index.apply(Seen::Applied(slice("a", 12, "between")));
         assert_eq!(fabrics(&index), map(&[("a-slice", "y")]));
+        assert!(
+            index.deleted.is_empty(),
+            "a deletion the list holds is no tombstone"
+        );
     }
 
     #[test]
     fn changes_the_watch_brought_during_a_list_survive_it() {
-        let mut index = SliceIndex::new(DRIVER);
+        let mut index = watched();
+        let epoch = index.begin_list();
         // While a list at version 10 ran: a changed, b deleted after it.
         index.apply(Seen::Applied(slice("a", 11, "y")));
         index.apply(Seen::Deleted(slice("b", 12, "x")));
-        listed(&mut index, 10, vec![slice("a", 4, "x"), slice("b", 6, "x")]);
+        replace(
+            &mut index,
+            epoch,
+            10,
+            vec![slice("a", 4, "x"), slice("b", 6, "x")],
+        );
         assert_eq!(fabrics(&index), map(&[("a-slice", "y")]));
         // A deletion older than the list is not kept for ever.
         assert!(index.deleted.contains_key("b-slice"));
@@ -255,24 +329,107 @@ mod tests {
         assert!(index.deleted.is_empty());
     }
 
+    /// Found by review: the list's snapshot saw b, b was deleted, then
+    /// the watch replayed (which mentions only what exists): b would have
+    /// stayed for good.
     #[test]
-    fn a_replay_or_a_version_not_a_number_asks_for_a_list() {
+    fn a_list_begun_before_the_watch_replayed_or_opened_makes_it_not_whole() {
         let mut index = SliceIndex::new(DRIVER);
-        listed(&mut index, 10, vec![slice("a", 9, "x")]);
+        let before_any_watch = index.begin_list();
+        replace(&mut index, before_any_watch, 10, vec![slice("b", 6, "x")]);
+        assert!(index.snapshot().is_none(), "no watch had opened");
+        index.apply(Seen::Restarted);
+        let snapshot_at_10 = vec![slice("a", 3, "x"), slice("b", 6, "x")];
+        let epoch = index.begin_list();
+        index.apply(Seen::Restarted);
+        index.apply(Seen::Applied(slice("a", 3, "x")));
+        replace(&mut index, epoch, 10, snapshot_at_10);
+        assert!(index.snapshot().is_none(), "replayed during the list");
+        listed(&mut index, 12, vec![slice("a", 3, "x")]);
+        assert_eq!(fabrics(&index), map(&[("a-slice", "x")]));
+    }
+
+    /// Found by review: after an etcd restore, versions start lower; what
+    /// the index held before the replay must not outrank the next list.
+    #[test]
+    fn a_replay_forgets_what_was_held_and_the_next_list_is_the_truth() {
+        let mut index = watched();
+        listed(
+            &mut index,
+            100,
+            vec![slice("a", 90, "x"), slice("b", 95, "x")],
+        );
+        index.apply(Seen::Deleted(slice("c", 101, "x")));
         index.apply(Seen::Restarted);
         assert!(index.snapshot().is_none(), "a replay may miss deletions");
+        listed(
+            &mut index,
+            20,
+            vec![slice("a", 15, "y"), slice("c", 18, "x")],
+        );
+        assert_eq!(fabrics(&index), map(&[("a-slice", "y"), ("c-slice", "x")]));
+    }
+
+    #[test]
+    fn a_version_not_a_number_asks_for_a_list() {
+        let mut index = watched();
         listed(&mut index, 20, vec![slice("a", 9, "x")]);
         let mut odd = slice("a", 21, "y");
         odd.metadata.resource_version = Some("opaque".into());
         index.apply(Seen::Applied(odd));
         assert!(index.snapshot().is_none());
-        index.replace(Some("opaque"), &[]);
+        listed(&mut index, 30, vec![slice("a", 9, "x")]);
+        assert!(index.snapshot().is_some());
+        let epoch = index.begin_list();
+        index.replace(epoch, Some("opaque"), &[]);
+        assert!(
+            index.snapshot().is_none(),
+            "a list at a version not a number"
+        );
+    }
+
+    #[test]
+    fn a_slice_the_controller_deleted_stays_deleted_whatever_comes_late() {
+        let mut index = watched();
+        listed(
+            &mut index,
+            10,
+            vec![slice("ours", 8, "x"), slice("a", 9, "x")],
+        );
+        index.deleted_here(&slice("ours", 8, "x"));
+        // The watch's news of it from before the delete, late.
+        index.apply(Seen::Applied(slice("ours", 8, "x")));
+        assert_eq!(fabrics(&index), map(&[("a-slice", "x")]));
+        // Made again later: a newer version.
+        index.apply(Seen::Applied(slice("ours", 15, "y")));
+        assert_eq!(
+            fabrics(&index),
+            map(&[("a-slice", "x"), ("ours-slice", "y")])
+        );
+    }
+
+    #[test]
+    fn a_write_that_found_it_stale_or_a_poisoned_lock_asks_for_a_list() {
+        let mut index = watched();
+        listed(&mut index, 10, vec![slice("a", 9, "x")]);
+        index.forget();
         assert!(index.snapshot().is_none());
+        listed(&mut index, 11, vec![slice("a", 9, "x")]);
+        let shared = std::sync::Arc::new(Mutex::new(index));
+        let poisoner = shared.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = poisoner.lock().unwrap();
+            panic!("poison the lock");
+        })
+        .join();
+        assert!(shared.is_poisoned());
+        assert!(lock(&shared).snapshot().is_none(), "started again empty");
+        assert!(!shared.is_poisoned());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_list_is_trusted_for_a_while_only() {
-        let mut index = SliceIndex::new(DRIVER);
+        let mut index = watched();
         listed(&mut index, 10, vec![slice("a", 9, "x")]);
         tokio::time::advance(RELIST_EVERY - Duration::from_secs(1)).await;
         assert!(index.snapshot().is_some());
