@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use cluster::{append_line, classes, env_or, in_chunks};
 use dra_model::partitions::label_value;
-use fabric::{Controller, NAMESPACE, fill, node_name, partition, reflected, until};
+use fabric::{Controller, NAMESPACE, fill, partition, reflected, starting_labels, until};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
@@ -412,10 +412,11 @@ async fn unfit(client: &Client, per: usize) -> Duration {
 async fn fragmented(
     client: &Client,
     small: usize,
-    count: usize,
+    want: &BTreeMap<String, String>,
     per: usize,
 ) -> (Duration, Duration) {
     let nodes = small.div_ceil(NICS_PER_NODE);
+    let count = want.len();
     let whole = count / per;
     let room = partition((whole - 1) * per, per);
     let fillers = Jobs::new(client, "fillers").await;
@@ -452,7 +453,7 @@ async fn fragmented(
 
     let mut took = Vec::new();
     for grouped in [false, true] {
-        took.push(small_job(client, small, count, per, &room, grouped).await);
+        took.push(small_job(client, small, want, &room, grouped).await);
     }
     fillers.clear().await;
     (took[0], took[1])
@@ -464,8 +465,7 @@ async fn fragmented(
 async fn small_job(
     client: &Client,
     small: usize,
-    count: usize,
-    per: usize,
+    want: &BTreeMap<String, String>,
     room: &str,
     grouped: bool,
 ) -> Duration {
@@ -490,10 +490,7 @@ async fn small_job(
     };
     let started = job.pods("small", small, Some("own-nic"), &fabric).await;
     let (placed, took) = job.bound("the small job bound", small, started).await;
-    let want: BTreeMap<String, String> = (0..count)
-        .map(|i| (node_name(i), label_value(&partition(i, per))))
-        .collect();
-    let used = partitions_of(&placed, &want);
+    let used = partitions_of(&placed, want);
     assert_eq!(
         used,
         BTreeSet::from([label_value(room)]),
@@ -547,9 +544,7 @@ async fn main() {
         count.div_ceil(per),
         filling.elapsed().as_secs_f64()
     );
-    let want: BTreeMap<String, String> = (0..count)
-        .map(|i| (node_name(i), label_value(&partition(i, per))))
-        .collect();
+    let want = starting_labels(count, per);
     let nodes: Api<Node> = Api::all(client.clone());
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     let log = bed.dir().join("placement-controller.log");
@@ -564,7 +559,7 @@ async fn main() {
         Default::default()
     };
     let unfit = unfit(&client, per).await;
-    let (fragmented, fragmented_group) = fragmented(&client, small, count, per).await;
+    let (fragmented, fragmented_group) = fragmented(&client, small, &want, per).await;
     let figures = Figures {
         fabric,
         plain,

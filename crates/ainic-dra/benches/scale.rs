@@ -47,6 +47,7 @@ use cluster::{append_line, env_or, in_chunks};
 use dra_model::partitions::label_value;
 use fabric::{
     Controller, NAMESPACE, STAGE_LIMIT, fill, in_fabric, node_name, partition, reflected,
+    starting_labels,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -250,9 +251,7 @@ async fn main() {
     );
     let nodes: Api<Node> = Api::all(client.clone());
     let slices: Api<ResourceSlice> = Api::all(client.clone());
-    let mut want: BTreeMap<String, String> = (0..count)
-        .map(|i| (node_name(i), label_value(&partition(i, per))))
-        .collect();
+    let mut want = starting_labels(count, per);
 
     let log = bed.dir().join("scale-controller.log");
     let resync = rest.min(Duration::from_secs(60));

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{agent_slices, fake_nodes, in_chunks};
-use dra_model::partitions::{ATTR_NODE_COUNT, LABEL_PARTITION};
+use dra_model::partitions::{ATTR_NODE_COUNT, LABEL_PARTITION, label_value};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{DeviceAttribute, ResourceSlice};
 use kube::Api;
@@ -39,6 +39,13 @@ pub fn node_name(i: usize) -> String {
 /// The fabric partition of node `i` at the start.
 pub fn partition(i: usize, per: usize) -> String {
     format!("part-{:03}", i / per)
+}
+
+/// Each of `count` nodes' partition label at the start ([`partition`]).
+pub fn starting_labels(count: usize, per: usize) -> BTreeMap<String, String> {
+    (0..count)
+        .map(|i| (node_name(i), label_value(&partition(i, per))))
+        .collect()
 }
 
 /// Puts every device of `slice` in fabric `fabric`, behind one leaf switch.
