@@ -62,7 +62,7 @@ fn our_slices(node: &str, keep: Option<usize>) -> Vec<ResourceSlice> {
 
 /// The GPU driver's slice for `node`.
 fn gpu_slice(node: &str, inventory: &topology::Inventory) -> ResourceSlice {
-    ainic_dra::demo::world::gpu_slice(node, inventory).unwrap()
+    ainic_dra_demo::world::gpu_slice(node, inventory).unwrap()
 }
 
 /// Nodes `bench-0000`… with their slices; returns what one node publishes.

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use ainic_dra::cli;
+mod cli;
 
 use clap::{Parser, Subcommand};
 

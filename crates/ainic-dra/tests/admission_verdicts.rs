@@ -2,7 +2,7 @@
 //! verdict, with the same message, on a table of good and bad NicConfigs
 //! (`nicconfig_cases`).
 //!
-//! Admission: the webhook's own path (`controller::webhook::review`) on
+//! Admission: the webhook's own path (`ainic_dra_controller::webhook::review`) on
 //! an AdmissionReview of a ResourceClaim, of a ResourceClaimTemplate
 //! with the same spec, and of the DeviceClass it names. Prepare: the
 //! allocator and the agent's prepare planning (see `nicconfig_cases`).
@@ -11,7 +11,7 @@
 
 mod nicconfig_cases;
 
-use ainic_dra::controller::webhook::review::{self, Verdict};
+use ainic_dra_controller::webhook::review::{self, Verdict};
 use k8s_openapi::api::resource::v1::DeviceClass;
 use nicconfig_cases::{D, cases, claim_spec, classes, prepare, world};
 use serde_json::{Value, json};

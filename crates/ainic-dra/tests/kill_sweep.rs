@@ -1,5 +1,5 @@
 //! The kill-point sweep: for every kill point of prepare and unprepare
-//! (`ainic_dra::node::faults::Point`, down to the steps of the CDI and
+//! (`ainic_dra_node::faults::Point`, down to the steps of the CDI and
 //! checkpoint writes) and every time the scenario below reaches it, the
 //! agent is aborted there (like `kill -9`), restarted, and the kubelet's
 //! retries run the scenario again. After each restart the CDI directory
@@ -10,7 +10,7 @@ mod node_support;
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 
-use ainic_dra::node::faults::Point;
+use ainic_dra_node::faults::Point;
 use serde_json::json;
 use testkit::kubelet::{ClaimRef, DraPluginClient};
 

@@ -16,7 +16,7 @@ fn a_trim_returns_the_freed_heap_that_malloc_kept() {
     let pin = blocks.pop();
     drop(blocks);
     let kept = rss_kb();
-    ainic_dra::node::memory::trim();
+    ainic_dra_daemon::memory::trim();
     let trimmed = rss_kb();
     drop(pin);
     assert!(

@@ -19,12 +19,12 @@ use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use ainic_dra::node::checkpoint::store::CheckpointStore;
-use ainic_dra::node::checkpoint::{
+use ainic_dra_node::checkpoint::store::CheckpointStore;
+use ainic_dra_node::checkpoint::{
     self, DeviceIdentity, NetdevDevice, PreparedClaim, PreparedDevice,
 };
-use ainic_dra::node::rdma_netns::{NetnsMode, RdmaError, RdmaNetns};
-use ainic_dra::node::sandbox::Sandboxes;
+use ainic_dra_node::rdma_netns::{NetnsMode, RdmaError, RdmaNetns};
+use ainic_dra_node::sandbox::Sandboxes;
 use dra_model::netdev::NetdevSettings;
 use netns_support::Net;
 use nri::api::{LinuxNamespace, LinuxPodSandbox, PodSandbox};
@@ -264,7 +264,7 @@ impl Drop for SmallDisk {
 /// then refuses its next append. Without it, a small append fits in the
 /// last block's slack whether the disk is full or not.
 fn pad_journal_to_a_block(state: &std::path::Path) {
-    use ainic_dra::node::checkpoint::journal::{FILE_NAME, Record};
+    use ainic_dra_node::checkpoint::journal::{FILE_NAME, Record};
     use std::io::Write;
     let path = state.join(FILE_NAME);
     let len = std::fs::metadata(&path).unwrap().len() as usize;
@@ -329,7 +329,7 @@ async fn the_gate_file_exists_exactly_while_the_netdev_is_in_the_pod() {
     let rdma = Arc::new(FakeRdma::default());
     let hooks =
         Sandboxes::new(store, &dir.path().join("sys"), None, true, rdma).with_netdev_gates(&cdi);
-    let gate = ainic_dra::node::cdi::netdev_gate(&cdi, "claim-g", &device);
+    let gate = ainic_dra_node::cdi::netdev_gate(&cdi, "claim-g", &device);
     let pod = sandbox_pod(&net, "pod-g");
     assert!(!gate.exists(), "no gate before the move");
     within("the run hook", hooks.run(&pod)).await.unwrap();

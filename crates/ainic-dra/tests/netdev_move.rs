@@ -1,7 +1,7 @@
 //! Exclusive netdev mode's move with real kernel objects: network
 //! namespaces and a veth pair stand in for a pod sandbox and a NIC's
 //! netdev (the peer sits in a namespace of its own, so the "NIC" has a
-//! carrier). `ainic_dra::node::netdev` moves it into the "pod" under the
+//! carrier). `ainic_dra_node::netdev` moves it into the "pod" under the
 //! planned name, MTU, addresses and routes, and back under its host name
 //! with its host address; a netdev the kernel returned from a dead
 //! namespace is found by PCI address. Set up and checked with iproute2
@@ -11,7 +11,7 @@ mod netns_support;
 
 use std::path::Path;
 
-use ainic_dra::node::netdev::{self, Attached};
+use ainic_dra_node::netdev::{self, Attached};
 use dra_model::netdev::NetdevSettings;
 use netns_support::{Net, ip};
 

@@ -18,7 +18,7 @@ mod node_support;
 
 use std::time::Duration;
 
-use ainic_dra::node::faults::Point;
+use ainic_dra_node::faults::Point;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use netns_support::Net;
 use node_support::{Agent, DRIVER, NODE, World, nic_config};
@@ -143,8 +143,8 @@ impl Bed {
 
     /// The moves the checkpoint records, as `phase` strings.
     fn moves(&self) -> Vec<String> {
-        let checkpoint = ainic_dra::node::checkpoint::read(&self.world.dirs().state).unwrap();
-        let phase = |m: &ainic_dra::node::checkpoint::NetdevMove| {
+        let checkpoint = ainic_dra_node::checkpoint::read(&self.world.dirs().state).unwrap();
+        let phase = |m: &ainic_dra_node::checkpoint::NetdevMove| {
             serde_json::to_value(m.phase)
                 .unwrap()
                 .as_str()

@@ -13,10 +13,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use ainic_dra::node::checkpoint::store::CheckpointStore;
-use ainic_dra::node::checkpoint::{DeviceIdentity, NetdevDevice, PreparedClaim, PreparedDevice};
-use ainic_dra::node::rdma_netns::{NetnsMode, RdmaError, RdmaNetns};
-use ainic_dra::node::sandbox::Sandboxes;
+use ainic_dra_node::checkpoint::store::CheckpointStore;
+use ainic_dra_node::checkpoint::{DeviceIdentity, NetdevDevice, PreparedClaim, PreparedDevice};
+use ainic_dra_node::rdma_netns::{NetnsMode, RdmaError, RdmaNetns};
+use ainic_dra_node::sandbox::Sandboxes;
 use dra_model::netdev::NetdevSettings;
 use netns_support::Net;
 use nri::api::{LinuxNamespace, LinuxPodSandbox, PodSandbox};

@@ -185,7 +185,7 @@ async fn shared_claim_is_prepared_once_for_two_pods() {
 /// claim (each idle connection kept its buffers for 90 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_prepares_opens_a_bounded_number_of_api_connections() {
-    use ainic_dra::cli::node::API_REQUESTS_IN_FLIGHT;
+    use ainic_dra_daemon::client::API_REQUESTS_IN_FLIGHT;
     let world = World::new("mi300x-8gpu-8nic").await;
     let _agent = world.start_agent(None);
     let kubelet = world.register().await;

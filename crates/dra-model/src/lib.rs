@@ -20,6 +20,7 @@ pub mod classic;
 pub mod config;
 mod device;
 pub mod deviceclass;
+pub mod dropped;
 pub mod fabric;
 pub mod gates;
 pub mod health;
@@ -36,4 +37,4 @@ pub mod validate;
 
 pub use config::{ConfigError, ModelConfig, ModelOptions, PfWithVfs};
 pub use gates::{FeatureGate, FeatureGateError, FeatureGates, Release, UnsupportedRelease};
-pub use slices::{SliceSet, build_slices};
+pub use slices::{InvalidSlices, SliceSet, build_slices, build_slices_checked};

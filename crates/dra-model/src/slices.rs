@@ -66,6 +66,31 @@ impl SliceSet {
     }
 }
 
+/// A built pool that the API server would reject: a bug in the model, or a
+/// configuration it did not foresee. Nothing of it may be published.
+#[derive(Debug, thiserror::Error)]
+#[error("built an invalid ResourceSlice ({} violations), first: {}", .violations.len(), .violations[0])]
+pub struct InvalidSlices {
+    /// Every rule broken, at least one.
+    pub violations: Vec<crate::validate::Violation>,
+}
+
+/// [`build_slices`], refusing to return any slice that the API server of
+/// the configured release would reject.
+pub fn build_slices_checked(
+    inventory: &Inventory,
+    config: &ModelConfig,
+) -> Result<SliceSet, InvalidSlices> {
+    let set = build_slices(inventory, config);
+    let release = config.gates().release();
+    let violations = crate::validate::check_pool_for(&set.slices, release);
+    if violations.is_empty() {
+        Ok(set)
+    } else {
+        Err(InvalidSlices { violations })
+    }
+}
+
 /// Builds the pool of `config.node_name()` from `inventory`.
 pub fn build_slices(inventory: &Inventory, config: &ModelConfig) -> SliceSet {
     let index = InventoryIndex::new(inventory);

@@ -45,7 +45,7 @@ pub fn run(args: CleanupArgs) -> Result<()> {
         .build()
         .context("failed to start the async runtime")?;
     runtime.block_on(async move {
-        let client = super::node::kube_client(args.kubeconfig.as_ref()).await?;
+        let client = ainic_dra_daemon::client::connect(args.kubeconfig.as_deref()).await?;
         wait_for_agents(&client, &args).await?;
         let deleted = delete_slices(&client, &args.driver_name).await?;
         println!(

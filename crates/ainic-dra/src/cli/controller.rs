@@ -1,5 +1,5 @@
 //! `ainic-dra controller`: publishes one DRA device per RDMA fabric
-//! partition from what the node agents publish (see `crate::controller`).
+//! partition from what the node agents publish (see the `controller` crate).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,9 +9,9 @@ use clap::Args;
 use dra_model::{FeatureGate, FeatureGates, Release};
 
 use super::slices::{parse_gates, parse_release};
-use crate::controller::webhook::{self, WebhookConfig};
-use crate::controller::{self, ControllerConfig};
-use crate::node::publisher::Backoff;
+use ainic_dra_controller::webhook::{self, WebhookConfig};
+use ainic_dra_controller::{self as controller, ControllerConfig};
+use ainic_dra_daemon::Backoff;
 
 /// Arguments of `ainic-dra controller`.
 #[derive(Args, Debug, Clone)]
@@ -123,7 +123,7 @@ impl ControllerArgs {
 pub fn run(args: ControllerArgs) -> Result<()> {
     // One malloc arena, trimmed after each pass (node::memory): a pass
     // reads every slice, node and claim, and frees them all at its end.
-    crate::node::memory::tune();
+    ainic_dra_daemon::memory::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -131,14 +131,14 @@ pub fn run(args: ControllerArgs) -> Result<()> {
         .context("failed to start the async runtime")?;
     let webhook = args.webhook()?;
     runtime.block_on(async move {
-        let client = super::node::kube_client(args.kubeconfig.as_ref()).await?;
+        let client = ainic_dra_daemon::client::connect(args.kubeconfig.as_deref()).await?;
         if let Some(config) = webhook {
             tokio::spawn(webhook::run(client.clone(), config));
         }
         let (_stop, mut never) = tokio::sync::watch::channel(false);
         let release = match args.kubernetes_version {
             Some(release) => release,
-            None => crate::node::server_version::learn(&client, Backoff::default(), &mut never)
+            None => ainic_dra_node::server_version::learn(&client, Backoff::default(), &mut never)
                 .await
                 .unwrap_or(Release::NEWEST),
         };
@@ -154,7 +154,7 @@ pub fn run(args: ControllerArgs) -> Result<()> {
             tenant_label: args.tenant_label.clone(),
         };
         tracing::info!(?config, "controller starting");
-        controller::run(client, config, crate::node::shutdown_signal()).await;
+        controller::run(client, config, ainic_dra_daemon::shutdown_signal()).await;
         Ok(())
     })
 }

@@ -1,5 +1,5 @@
 //! `ainic-dra demo`: the whole driver on this machine, no cluster needed
-//! (see `crate::demo`).
+//! (see the `demo` crate).
 
 use std::path::PathBuf;
 
@@ -28,5 +28,5 @@ pub fn run(args: DemoArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    runtime.block_on(crate::demo::run(args.keep.as_deref()))
+    runtime.block_on(ainic_dra_demo::run(args.keep.as_deref()))
 }

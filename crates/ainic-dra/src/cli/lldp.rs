@@ -98,7 +98,8 @@ impl LldpCommand {
         })
     }
 
-    /// The same command with another time limit.
+    /// The same command with another time limit (tests: a short one).
+    #[cfg(test)]
     pub fn with_timeout(mut self, timeout: Duration) -> LldpCommand {
         self.timeout = timeout;
         self

@@ -11,11 +11,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::slices::ModelArgs;
-use crate::classic::args::DevicePluginArgs;
-use crate::node::NodeConfig;
-use crate::node::agent::{self, AgentConfig};
-use crate::node::follow::Lifetime;
-use crate::node::plugin::resolve::Scope;
+use ainic_dra_daemon::follow::Lifetime;
+use ainic_dra_node::NodeConfig;
+use ainic_dra_node::agent::{self, AgentConfig};
+use ainic_dra_node::classic::args::DevicePluginArgs;
+use ainic_dra_node::plugin::resolve::Scope;
 use dra_model::health::{HealthPolicy, ThresholdSpec};
 
 /// Flags of `ainic-dra node`.
@@ -70,7 +70,7 @@ pub struct NodeArgs {
     /// Where this boot's ID is read: the checkpoint records the boot it was
     /// written in, and what a reboot voids (netdevs in pod namespaces,
     /// device numbers, CDI specs on tmpfs) is not trusted from another.
-    #[arg(long, value_name = "FILE", default_value = crate::node::checkpoint::store::KERNEL_BOOT_ID)]
+    #[arg(long, value_name = "FILE", default_value = ainic_dra_node::checkpoint::store::KERNEL_BOOT_ID)]
     pub boot_id_file: PathBuf,
 
     /// This agent's own name for its kubelet sockets (the chart gives the
@@ -250,8 +250,8 @@ fn check_http_addr(s: &str) -> Result<String, String> {
 }
 
 impl NodeArgs {
-    fn dev_roots(&self) -> crate::node::cdi::DevRoots {
-        crate::node::cdi::DevRoots {
+    fn dev_roots(&self) -> ainic_dra_node::cdi::DevRoots {
+        ainic_dra_node::cdi::DevRoots {
             seen_at: self.dev_root.clone(),
             on_host: self.host_dev_root.clone(),
         }
@@ -295,7 +295,7 @@ impl NodeArgs {
             nri: self
                 .nri_socket
                 .clone()
-                .map(|socket| crate::node::NriConfig {
+                .map(|socket| ainic_dra_node::NriConfig {
                     socket,
                     index: self.nri_plugin_index.clone(),
                 }),
@@ -304,53 +304,13 @@ impl NodeArgs {
     }
 }
 
-/// Most API requests in flight at once; more wait their turn. The kube
-/// client speaks HTTP/1.1, one request per connection, and keeps each
-/// connection a burst opened idle for 90 s with its TLS state and
-/// buffers: unlimited, 100 claims prepared at once opened about 100
-/// connections (100 TLS handshakes with the API server) and left about
-/// 3 MB of heap in them (a heap profile after the prepare bench). A watch
-/// counts only until its response headers arrive.
-pub const API_REQUESTS_IN_FLIGHT: usize = 8;
-
-/// Builds a `kube::Client` from `--kubeconfig` or the environment, with
-/// at most [`API_REQUESTS_IN_FLIGHT`] requests at once.
-pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client> {
-    install_crypto_provider();
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("failed to read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("invalid kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig given and no in-cluster or default kubeconfig found")?,
-    };
-    let limit = tower::limit::ConcurrencyLimitLayer::new(API_REQUESTS_IN_FLIGHT);
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .context("failed to build the Kubernetes client")?;
-    Ok(builder.with_layer(&limit).build())
-}
-
-/// Makes ring the process's TLS crypto provider. rustls panics when it must
-/// choose between several compiled-in providers itself (test builds link
-/// aws-lc too, through a test-only dependency); the shipped agent has ring
-/// alone and says so here. A second call (or a provider chosen earlier) is
-/// fine.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// Runs the agent until SIGTERM/SIGINT.
 pub fn run(args: NodeArgs) -> Result<()> {
     // Two workers and a small blocking pool: the agent's work is short
     // socket and file I/O, and every extra thread costs stack and a malloc
     // arena (RSS), which the DaemonSet pays on every node.
-    crate::node::memory::tune();
-    let nofile = crate::node::limits::raise_nofile();
+    ainic_dra_daemon::memory::tune();
+    let nofile = ainic_dra_node::limits::raise_nofile();
     tracing::info!(soft = ?nofile.soft, hard = ?nofile.hard, "open-file limits");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -387,8 +347,15 @@ pub fn run(args: NodeArgs) -> Result<()> {
     };
     runtime.block_on(async move {
         // Built on a worker while the kubelet's sockets come up here.
-        let client = tokio::spawn(async move { kube_client(args.kubeconfig.as_ref()).await });
-        let client = async { client.await.context("building the API client panicked")? };
+        let kubeconfig = args.kubeconfig;
+        let client =
+            tokio::spawn(
+                async move { ainic_dra_daemon::client::connect(kubeconfig.as_deref()).await },
+            );
+        let client = async {
+            let built = client.await.context("building the API client panicked")?;
+            Ok(built?)
+        };
         agent::run(client, config).await
     })
 }

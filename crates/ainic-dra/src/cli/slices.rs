@@ -125,7 +125,7 @@ impl ModelArgs {
     /// read is logged and left out.
     pub fn config(&self, node: &str, node_labels: BTreeMap<String, String>) -> Result<ModelConfig> {
         let fabric = (self.fabric_config.as_deref())
-            .map(crate::node::fabric_config::read)
+            .map(ainic_dra_node::fabric_config::read)
             .transpose()
             .map_err(anyhow::Error::msg)?;
         self.config_with(node, node_labels, fabric)
@@ -231,23 +231,9 @@ pub fn run(args: SlicesArgs) -> Result<()> {
     let root = args.source.open()?;
     let inventory = topology::discover(root.path(), &topology::DiscoveryConfig::default())
         .with_context(|| format!("failed to discover devices under {}", root.path().display()))?;
-    let set = build_checked(&inventory, &config)?;
+    let set = dra_model::build_slices_checked(&inventory, &config)?;
     print!("{}", render(&set, args.output)?);
     Ok(())
-}
-
-/// Builds the slices and refuses to return any that the API server would reject.
-pub fn build_checked(inventory: &topology::Inventory, config: &ModelConfig) -> Result<SliceSet> {
-    let set = dra_model::build_slices(inventory, config);
-    let release = config.gates().release();
-    let violations = dra_model::validate::check_pool_for(&set.slices, release);
-    if let Some(first) = violations.first() {
-        bail!(
-            "built an invalid ResourceSlice ({} violations), first: {first}",
-            violations.len()
-        );
-    }
-    Ok(set)
 }
 
 fn parse_labels(entries: &[String]) -> Result<BTreeMap<String, String>> {

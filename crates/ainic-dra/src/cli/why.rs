@@ -1,6 +1,6 @@
 //! `ainic-dra why POD` (`kubectl ainic why POD`): reads the pod and what
 //! the scheduler looked at from the live cluster — only GET and LIST, it
-//! never writes — and prints `crate::why`'s report: a table for a person,
+//! never writes — and prints the `why` crate's report: a table for a person,
 //! JSON or YAML for a machine.
 
 use std::fmt::Write as _;
@@ -16,7 +16,7 @@ use k8s_openapi::api::resource::v1::{
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::why::{self, Cluster, Report, Settings};
+use ainic_dra_why::{self as why, Cluster, Report, Settings};
 
 /// Arguments of `ainic-dra why`.
 #[derive(Args, Debug)]
@@ -131,7 +131,7 @@ async fn ask(args: &WhyArgs) -> Result<Report> {
 
 /// A client for `--kubeconfig`/`--context`, and the context's namespace.
 async fn client(args: &WhyArgs) -> Result<(kube::Client, String)> {
-    super::node::install_crypto_provider();
+    ainic_dra_daemon::client::install_crypto_provider();
     let options = kube::config::KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()

@@ -9,7 +9,7 @@
 
 #![allow(dead_code)]
 
-use ainic_dra::node::plugin::resolve::{self, Scope};
+use ainic_dra_node::plugin::resolve::{self, Scope};
 use allocator::{Allocator, Features, NodeFacts, Release};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use serde_json::{Value, json};

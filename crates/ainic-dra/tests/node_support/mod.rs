@@ -243,7 +243,7 @@ impl World {
 
     /// Claim UIDs in the checkpoint (empty when there is none).
     pub fn checkpoint_claims(&self) -> Vec<String> {
-        ainic_dra::node::checkpoint::read(&self.dirs().state)
+        ainic_dra_node::checkpoint::read(&self.dirs().state)
             .unwrap()
             .claims
             .into_keys()

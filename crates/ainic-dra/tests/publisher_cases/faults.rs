@@ -225,7 +225,7 @@ async fn run_loop_never_gives_up_after_a_failed_publish() {
 
 #[tokio::test]
 async fn run_loop_restores_a_deleted_slice_when_its_watch_nudges() {
-    use ainic_dra::node::follow::{Seen, watch};
+    use ainic_dra_daemon::follow::{Seen, watch};
     let server = server().await;
     let (publisher, _) = publisher(&server, "n1");
     let slices = pool("n1", &devices("pf", 4), 2);

@@ -264,7 +264,7 @@ fn agents(bed: &Testbed) -> Vec<String> {
 /// The claim UIDs the node's checkpoint holds.
 fn checkpointed(bed: &Testbed) -> Vec<String> {
     let dir = bed.node_path(1, "/var/lib/ainic-dra");
-    let state = ainic_dra::node::checkpoint::read(&dir)
+    let state = ainic_dra_node::checkpoint::read(&dir)
         .unwrap_or_else(|e| panic!("cannot read the checkpoint in {}: {e}", dir.display()));
     state.claims.keys().cloned().collect()
 }

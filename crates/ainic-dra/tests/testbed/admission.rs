@@ -93,7 +93,7 @@ async fn an_agent_writes_only_its_own_nodes_slices() {
 
     // The agent's two watches (its node's labels, its own slices) are
     // allowed by the chart's RBAC and the server's field selectors.
-    use ainic_dra::node::follow::{Seen, watch};
+    use ainic_dra_daemon::follow::{Seen, watch};
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(agent.clone());
     let mut node_events = watch(nodes, "metadata.name=adm-a".into(), "node");
     assert_eq!(node_events.recv().await, Some(Seen::Restarted));

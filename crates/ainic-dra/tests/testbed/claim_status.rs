@@ -13,10 +13,11 @@
 
 use std::collections::BTreeMap;
 
-use ainic_dra::node::checkpoint::PreparedDevice;
-use ainic_dra::node::plugin::ClaimRef;
-use ainic_dra::node::plugin::claims::{ClaimSource, KubeClaims};
-use ainic_dra::node::plugin::status::{NetworkData, apply_body, entries};
+use ainic_dra_node::checkpoint::PreparedDevice;
+use ainic_dra_node::plugin::ClaimRef;
+use ainic_dra_node::plugin::claims::{ClaimSource, KubeClaims};
+use ainic_dra_node::plugin::status::{NetworkData, entries};
+use dra_model::claim::status_apply_body as apply_body;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};

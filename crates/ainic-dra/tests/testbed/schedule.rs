@@ -230,7 +230,7 @@ async fn set_up(bed: &'static Testbed) -> Vec<NodeAgent> {
         let agent = NodeAgent::start(bed, node, "mi300x-8gpu-8nic", &labels, &flags).await;
         let inventory =
             topology::discover(&agent.sysfs, &topology::DiscoveryConfig::default()).unwrap();
-        let gpus = ainic_dra::demo::world::gpu_slice(node, &inventory).unwrap();
+        let gpus = ainic_dra_demo::world::gpu_slice(node, &inventory).unwrap();
         let slices: Api<ResourceSlice> = Api::all(client.clone());
         slices.create(&PostParams::default(), &gpus).await.unwrap();
         agents.push(agent);

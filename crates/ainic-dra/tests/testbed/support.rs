@@ -396,7 +396,7 @@ pub async fn published(
     wait::until(&what, wait::DEADLINE, || async {
         agent.assert_running();
         let slices = pool_slices(client, DRIVER, &agent.node).await;
-        if slices.len() == expected && ainic_dra::demo::world::pool_complete(&slices, &agent.node) {
+        if slices.len() == expected && ainic_dra_demo::world::pool_complete(&slices, &agent.node) {
             Ok(slices)
         } else {
             Err(format!(

@@ -1,0 +1,518 @@
+//! The node agent (`ainic-dra node`): discovers the node's NICs and wires
+//! the long-running tasks around one shared inventory:
+//! - the kubelet DRA plugin ([`plugin`]): registration socket, `DRAPlugin`
+//!   v1/v1beta1 and `DRAResourceHealth` v1/v1alpha1 on the plugin socket;
+//! - the CDI specs and checkpoint of prepared claims ([`cdi`], [`checkpoint`]);
+//! - the refresh loop feeding health (link state and the NICs' hardware
+//!   error counters) and the inventory ([`health`]);
+//! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
+//! - the ResourceSlice publisher ([`publisher`]), nudged by watches of
+//!   its own slices and the node's labels ([`ainic_dra_daemon::follow`]), publishing what
+//!   [`desired`] decides from the labels and the fabric config file
+//!   ([`fabric_config`]), and nothing while tenant fencing is unknown.
+//!
+//! Start-up in two phases. [`serve`]: discover the devices and answer the
+//! kubelet (registration, DRA, health) at once. [`Serving::own_state`]:
+//! lock the state directory, load the checkpoint, reconcile the CDI dir
+//! with it and rebuild every prepared claim's spec from today's devices;
+//! prepare and unprepare calls wait for that, so the kubelet's first call
+//! sees a consistent state. With `--instance-id` a new agent of a rolling
+//! update serves beside the old one under socket names of its own and
+//! owns the state once the old one has let go of it.
+
+pub mod agent;
+pub mod cdi;
+pub mod checkpoint;
+pub mod classic;
+pub mod desired;
+pub mod fabric_config;
+pub mod faults;
+#[cfg(test)]
+pub mod fixtures;
+pub mod health;
+pub mod http;
+pub mod limits;
+pub mod metadata;
+pub mod netdev;
+pub mod node_events;
+pub mod plugin;
+pub mod publisher;
+pub mod rdma_netns;
+pub mod sandbox;
+pub mod server_version;
+pub mod state_lock;
+pub mod uevents;
+pub mod uninstall;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kubelet_api::dra::{v1, v1beta1};
+use kubelet_api::dra_health::{v1 as health_v1, v1alpha1 as health_v1alpha1};
+use kubelet_api::pluginregistration::v1 as reg;
+use tokio::sync::watch;
+use topology::{DiscoveryConfig, Inventory};
+
+use cdi::dir::CdiDir;
+use checkpoint::store::CheckpointStore;
+use dra_model::health::{HealthPolicy, Verdicts};
+use health::counters::CounterHealth;
+use health::refresh::Refresher;
+use http::metrics::Metrics;
+use plugin::claims::SharedClaims;
+use plugin::registration::RegistrationService;
+use plugin::resolve::Scope;
+use plugin::{Driver, DriverParts};
+
+/// Socket file name of the DRA services inside `--plugin-dir`.
+pub const DRA_SOCKET: &str = "dra.sock";
+
+/// Validated settings of the node agent.
+pub struct NodeConfig {
+    /// Driver name and pool (node name).
+    pub scope: Scope,
+    /// Root of sysfs.
+    pub sysfs_root: PathBuf,
+    /// Where the host's device nodes are.
+    pub dev: cdi::DevRoots,
+    /// Directory of the DRA socket.
+    pub plugin_dir: PathBuf,
+    /// The kubelet's plugin registry directory.
+    pub registry_dir: PathBuf,
+    /// Where CDI specs go.
+    pub cdi_dir: PathBuf,
+    /// Where the checkpoint lives.
+    pub state_dir: PathBuf,
+    /// Where this boot's ID is read (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id_file: PathBuf,
+    /// How long to wait for another agent to release the state directory.
+    pub state_lock_wait: Duration,
+    /// This agent's own name for its sockets (the pod's UID), so that an
+    /// old and a new agent of a rolling update serve side by side; `None`
+    /// uses the kubelet's default names.
+    pub instance: Option<String>,
+    /// `/healthz`, `/readyz`, `/metrics`; `None` serves no HTTP.
+    pub http_addr: Option<SocketAddr>,
+    /// Time between health reports (and rediscoveries without kernel
+    /// events).
+    pub refresh_every: Duration,
+    /// Time between cheap rechecks of sysfs while kernel events arrive.
+    pub rescan_every: Duration,
+    /// Longest time between full rediscoveries while kernel events arrive.
+    pub full_rescan_every: Duration,
+    /// Time between orphan sweeps ([`plugin::sweep`]); `None` for none.
+    pub sweep_every: Option<Duration>,
+    /// Write device metadata for containers ([`metadata`]).
+    pub device_metadata: bool,
+    /// The NRI plugin of exclusive netdev mode ([`sandbox`]); `None` runs
+    /// none (claims in that mode are refused).
+    pub nri: Option<NriConfig>,
+    /// Health from the NICs' hardware error counters, read every refresh
+    /// interval ([`health::counters`]); `None` reads none.
+    pub counter_health: Option<HealthPolicy>,
+}
+
+/// Where and as what the NRI plugin registers.
+#[derive(Clone, Debug)]
+pub struct NriConfig {
+    /// The runtime's NRI socket.
+    pub socket: PathBuf,
+    /// The plugin's two-digit index.
+    pub index: String,
+}
+
+/// The agent in its first phase ([`serve`]): the kubelet's sockets answer
+/// and the node's devices are followed, but the state directory (the
+/// checkpoint, the CDI dir) is not the agent's yet: [`Serving::own_state`]
+/// takes it.
+pub struct Serving {
+    /// The shared inventory, refreshed every interval.
+    pub inventory: watch::Receiver<Arc<Inventory>>,
+    /// Where the publisher tells the plugin the attributes of the devices
+    /// it published (device metadata takes them from there).
+    pub attributes: watch::Sender<Option<Arc<metadata::DeviceAttributes>>>,
+    /// The registration and DRA sockets, to remove on shutdown so the
+    /// kubelet sees the plugin go.
+    pub sockets: Vec<PathBuf>,
+    /// The counter health verdicts the publisher taints by.
+    pub verdicts: watch::Receiver<Arc<Verdicts>>,
+    /// Counter health Events to post on the Node, once it is read (taken
+    /// by the agent; `None` without counter health).
+    pub health_events: Option<tokio::sync::mpsc::Receiver<health::counters::HealthEvent>>,
+    /// The driver, once the state is owned; calls wait for it meanwhile.
+    slot: watch::Sender<Option<Arc<Driver>>>,
+    /// Held from the start when the sockets' names are not this agent's
+    /// own (no `--instance-id`): then no second agent may touch them.
+    lock: Option<state_lock::StateLock>,
+    parts: StateParts,
+}
+
+/// What the second phase needs from the first.
+struct StateParts {
+    config: NodeConfig,
+    metrics: Arc<Metrics>,
+    attributes: watch::Receiver<Option<Arc<metadata::DeviceAttributes>>>,
+}
+
+/// The sockets' file names: the kubelet's defaults, or, with an instance
+/// ID (the pod's UID), names of this agent's own, so that a new agent of
+/// a rolling update registers beside the old one (kubelet 1.33 and later
+/// keep both registrations and use the newest).
+fn socket_names(config: &NodeConfig) -> (PathBuf, PathBuf) {
+    let driver = &config.scope.driver;
+    match &config.instance {
+        None => (
+            config.registry_dir.join(format!("{driver}-reg.sock")),
+            config.plugin_dir.join(DRA_SOCKET),
+        ),
+        Some(id) => (
+            config.registry_dir.join(format!("{driver}-{id}-reg.sock")),
+            config.plugin_dir.join(format!("dra-{id}.sock")),
+        ),
+    }
+}
+
+/// First phase of the agent: discovers the node's devices and serves the
+/// registration and DRA sockets, health and HTTP at once; prepare and
+/// unprepare wait until [`Serving::own_state`] made the driver. Without
+/// an instance ID the state directory is locked first (the default
+/// socket names are shared by every agent of the node). `metrics` may
+/// already hold other components' metrics; `published` says why the
+/// devices published are less than configured (for `/readyz`).
+pub async fn serve(
+    config: NodeConfig,
+    metrics: Arc<Metrics>,
+    published: watch::Receiver<Option<String>>,
+) -> Result<Serving> {
+    let lock = match config.instance {
+        None => Some(lock_state_dir(&config).await?),
+        Some(_) => None,
+    };
+    let discovery = DiscoveryConfig::default();
+    let inventory = topology::discover(&config.sysfs_root, &discovery).with_context(|| {
+        format!(
+            "failed to discover NICs under {}",
+            config.sysfs_root.display()
+        )
+    })?;
+    for warning in &inventory.warnings {
+        tracing::warn!(%warning, "discovery");
+    }
+    tracing::info!(
+        nics = inventory.nics.len(),
+        gpus = inventory.gpus.len(),
+        "inventory discovered"
+    );
+    let (inventory_tx, inventory_rx) = watch::channel(Arc::new(inventory));
+    let (attributes_tx, attributes) = watch::channel(None);
+    let followers = spawn_refresher(&config, discovery, inventory_tx, &metrics).await;
+    let (slot_tx, slot) = plugin::grpc::DriverSlot::empty();
+    let (reg_socket, dra_socket) = socket_names(&config);
+    serve_dra(&config, &dra_socket, slot, followers.reports)?;
+    let registration = serve_registration(&config, &reg_socket, &dra_socket, &metrics)?;
+    if let Some(addr) = config.http_addr {
+        let state = http::HttpState {
+            metrics: metrics.clone(),
+            registration,
+            published,
+        };
+        serve_http(addr, state, config.instance.is_some()).await?;
+    } else {
+        tracing::info!("http endpoint disabled");
+    }
+    Ok(Serving {
+        inventory: inventory_rx,
+        attributes: attributes_tx,
+        sockets: vec![reg_socket, dra_socket],
+        verdicts: followers.verdicts,
+        health_events: followers.health_events,
+        slot: slot_tx,
+        lock,
+        parts: StateParts {
+            config,
+            metrics,
+            attributes,
+        },
+    })
+}
+
+/// Serves HTTP on `addr`. With `wait` (an agent with an instance ID) an
+/// address in use is an older agent of a rolling update on the host's
+/// network: its endpoint answers the probes meanwhile, and this one binds
+/// as soon as the older one has exited (tried every second).
+async fn serve_http(addr: SocketAddr, state: http::HttpState, wait: bool) -> Result<()> {
+    let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
+    match http::serve(addr, state.clone()).await {
+        Ok((bound, server)) => {
+            tokio::spawn(server);
+            tracing::info!(%bound, "http serving");
+        }
+        Err(error) if wait && in_use(&error) => {
+            tracing::info!(%addr, "http address in use (an older agent?): binding when it is free");
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    match http::serve(addr, state.clone()).await {
+                        Ok((bound, server)) => {
+                            tracing::info!(%bound, "http serving");
+                            return server.await;
+                        }
+                        Err(error) if in_use(&error) => {}
+                        Err(error) => {
+                            return tracing::error!(%addr, %error, "cannot serve http");
+                        }
+                    }
+                }
+            });
+        }
+        Err(error) => return Err(error).with_context(|| format!("failed to listen on {addr}")),
+    }
+    Ok(())
+}
+
+async fn lock_state_dir(config: &NodeConfig) -> Result<state_lock::StateLock> {
+    let lock = state_lock::acquire(&config.state_dir, config.state_lock_wait).await?;
+    tracing::info!(lock = %lock.path().display(), "state directory locked");
+    Ok(lock)
+}
+
+/// What [`spawn_refresher`] hands on: the health reports for the kubelet,
+/// the counter health verdicts the publisher taints by, and the counter
+/// health Events for the Node (`None` without counter health).
+struct Followers {
+    reports: watch::Receiver<Arc<health::HealthReport>>,
+    verdicts: watch::Receiver<Arc<Verdicts>>,
+    health_events: Option<tokio::sync::mpsc::Receiver<health::counters::HealthEvent>>,
+}
+
+/// The refresh loop (health reports, the NICs' error counters and the
+/// inventory), on a task of its own, after a first read of the counters
+/// (their baseline: rates from the first tick on).
+async fn spawn_refresher(
+    config: &NodeConfig,
+    discovery: DiscoveryConfig,
+    inventory: watch::Sender<Arc<Inventory>>,
+    metrics: &Arc<Metrics>,
+) -> Followers {
+    let (reports_tx, reports) = watch::channel(Arc::default());
+    let (counters, verdicts, health_events) = match config.counter_health.clone() {
+        Some(policy) => {
+            let (counters, followers) = CounterHealth::new(
+                config.sysfs_root.clone(),
+                &config.scope.driver,
+                policy,
+                metrics.clone(),
+            );
+            (Some(counters), followers.verdicts, Some(followers.events))
+        }
+        None => (None, watch::channel(Arc::default()).1, None),
+    };
+    let mut refresher = Refresher {
+        sysfs_root: config.sysfs_root.clone(),
+        discovery,
+        interval: config.refresh_every,
+        inventory,
+        reports: reports_tx,
+        metrics: metrics.clone(),
+        links: subscribe_links(),
+        uevents: subscribe_uevents(),
+        rescan_every: config.rescan_every,
+        full_rescan_every: config.full_rescan_every,
+        counters,
+        started: tokio::time::Instant::now(),
+    };
+    refresher.poll_counters().await;
+    refresher.report();
+    tokio::spawn(refresher.run());
+    Followers {
+        reports,
+        verdicts,
+        health_events,
+    }
+}
+
+/// Serves `DRAPlugin` v1 and v1beta1 and `DRAResourceHealth` v1 and
+/// v1alpha1 on `socket`.
+fn serve_dra(
+    config: &NodeConfig,
+    socket: &std::path::Path,
+    slot: plugin::grpc::DriverSlot,
+    reports: watch::Receiver<Arc<health::HealthReport>>,
+) -> Result<()> {
+    let timeout =
+        i64::try_from(config.refresh_every.as_secs().saturating_mul(3).max(30)).unwrap_or(i64::MAX);
+    let health_service = health::HealthService::new(&config.scope.pool, reports, timeout);
+    let incoming = kubelet_api::uds::bind(socket)?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::dra_plugin_server::DraPluginServer::new(
+                plugin::grpc::V1(slot.clone()),
+            ))
+            .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
+                plugin::grpc::V1beta1(slot),
+            ))
+            .add_service(
+                health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                    health_service.clone(),
+                ),
+            )
+            .add_service(
+                health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+                    health_service,
+                ),
+            )
+            .serve_with_incoming(incoming),
+    );
+    Ok(())
+}
+
+/// Serves the registration socket; the registration status it reports.
+fn serve_registration(
+    config: &NodeConfig,
+    socket: &std::path::Path,
+    dra_socket: &std::path::Path,
+    metrics: &Arc<Metrics>,
+) -> Result<watch::Receiver<plugin::registration::Registration>> {
+    let registration = RegistrationService::new(
+        &config.scope.driver,
+        dra_socket.to_path_buf(),
+        metrics.clone(),
+    );
+    let status = registration.status();
+    let incoming = kubelet_api::uds::bind(socket)?;
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(reg::registration_server::RegistrationServer::new(
+                registration,
+            ))
+            .serve_with_incoming(incoming),
+    );
+    tracing::info!(registration = %socket.display(), "DRA plugin serving");
+    Ok(status)
+}
+
+impl Serving {
+    /// Second phase: locks the state directory (waiting, with an instance
+    /// ID, for an older agent of the node to let go of it), loads the
+    /// checkpoint, reconciles the CDI dir with it, rebuilds every prepared
+    /// claim's spec from today's devices, and hands the driver to the
+    /// waiting gRPC services. The lock is held until the agent exits.
+    pub async fn own_state(&mut self, claims: SharedClaims) -> Result<Arc<Driver>> {
+        if self.lock.is_none() {
+            self.lock = Some(lock_state_dir(&self.parts.config).await?);
+        }
+        let driver = open_state(&self.parts, claims, self.inventory.clone()).await?;
+        self.slot.send_replace(Some(driver.clone()));
+        Ok(driver)
+    }
+}
+
+/// Loads the checkpoint and builds the driver on it (see
+/// [`Serving::own_state`]).
+async fn open_state(
+    parts: &StateParts,
+    claims: SharedClaims,
+    inventory: watch::Receiver<Arc<Inventory>>,
+) -> Result<Arc<Driver>> {
+    let config = &parts.config;
+    let boot = checkpoint::journal::boot_id(&config.boot_id_file);
+    let store = Arc::new(CheckpointStore::open_in_boot(&config.state_dir, &boot)?);
+    let rebooted = store.previous_boot().map(str::to_string);
+    if let Some(previous) = &rebooted {
+        // The pods' network namespaces died with the boot and their
+        // netdevs are the host's again; device numbers and the CDI dir are
+        // rebuilt below from today's devices.
+        let forgotten = store.forget_moves().await?;
+        tracing::warn!(previous_boot = %previous, boot = %boot, netdev_moves_forgotten = forgotten, "the node rebooted since the checkpoint was written: prepared claims are rebuilt from today's devices");
+    }
+    let cdi = CdiDir::open(&config.cdi_dir)?;
+    let mut reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
+    // Built with the flag off too: claims prepared while it was on still
+    // get their metadata removed.
+    let files = metadata::MetadataFiles::new(&config.scope.driver, &config.plugin_dir, cdi.clone());
+    reconciled
+        .removed
+        .extend(files.remove_orphans(&store.snapshot())?);
+    let metadata = Some(plugin::MetadataParts {
+        files,
+        write: config.device_metadata,
+        attributes: parts.attributes.clone(),
+    });
+    let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
+    let sandboxes = Arc::new(
+        sandbox::Sandboxes::new(
+            store.clone(),
+            &config.sysfs_root,
+            Some(status_tx.clone()),
+            config.nri.is_some(),
+            Arc::new(rdma_netns::Kernel),
+        )
+        .with_netdev_gates(&config.cdi_dir),
+    );
+    if let Some(nri) = &config.nri {
+        tokio::spawn(sandbox::follow_runtime(nri.clone(), sandboxes.clone()));
+    }
+    tokio::spawn(plugin::status::run(
+        status_rx,
+        claims.clone(),
+        config.scope.clone(),
+        inventory.clone(),
+    ));
+    let driver = Arc::new(Driver::new(DriverParts {
+        scope: config.scope.clone(),
+        claims,
+        inventory,
+        store,
+        cdi,
+        dev: config.dev.clone(),
+        metrics: parts.metrics.clone(),
+        status: Some(status_tx),
+        metadata,
+        sandboxes: Some(sandboxes),
+    }));
+    let refreshed = driver.refresh_all().await;
+    tracing::info!(
+        claims = driver.prepared_claims(),
+        removed = ?reconciled.removed,
+        rewritten = ?refreshed.rewritten,
+        "checkpoint reconciled with the CDI directory and today's devices"
+    );
+    let lost: Vec<String> = refreshed.failed.into_iter().map(|(uid, _)| uid).collect();
+    driver.report_all(&lost);
+    tokio::spawn(plugin::follow_inventory(driver.clone()));
+    if let Some(every) = config.sweep_every {
+        tokio::spawn(plugin::sweep::run(driver.clone(), every));
+    }
+    if rebooted.is_some() {
+        // Claims deleted while the node was down: asked about at once, not
+        // at the first sweep interval.
+        tokio::spawn(plugin::sweep::once(driver.clone()));
+    }
+    Ok(driver)
+}
+
+/// Kernel link events for the refresher; `None` (logged) where the host
+/// gives no netlink socket, leaving the periodic refresh alone.
+fn subscribe_links() -> Option<tokio::sync::mpsc::Receiver<publisher::LinkEvent>> {
+    use publisher::LinkSource;
+    match publisher::NetlinkLinks.subscribe() {
+        Ok(links) => Some(links),
+        Err(error) => {
+            tracing::warn!(%error, "no netlink link events; refreshing on the interval only");
+            None
+        }
+    }
+}
+
+fn subscribe_uevents() -> Option<tokio::sync::mpsc::Receiver<()>> {
+    match uevents::subscribe() {
+        Ok(events) => Some(events),
+        Err(error) => {
+            tracing::warn!(%error, "no uevents; rediscovering every refresh interval");
+            None
+        }
+    }
+}
