@@ -48,7 +48,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use ainic_dra_daemon::follow::{Seen, watch};
+use ainic_dra_daemon::supervise::Done;
+use ainic_dra_daemon::{Stopped, Supervisor, TaskFailed, Tasks};
 use slice_index::SliceIndex;
+use tokio_util::sync::CancellationToken;
 
 /// How often the leader renews (and a candidate tries for) the Lease.
 pub const RENEW_EVERY: Duration = Duration::from_secs(2);
@@ -87,90 +90,76 @@ pub struct ControllerConfig {
 }
 
 /// Feeds a nudge into `nudges` for every event of `seen`.
-fn nudge_on<K: Send + 'static>(mut seen: mpsc::Receiver<K>, nudges: mpsc::Sender<()>) {
-    tokio::spawn(async move {
-        while seen.recv().await.is_some() {
-            if let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
-                return;
-            }
+async fn nudge_on<K: Send + 'static>(mut seen: mpsc::Receiver<K>, nudges: mpsc::Sender<()>) {
+    while seen.recv().await.is_some() {
+        if let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
+            return;
         }
-    });
+    }
 }
 
 /// Applies every event of the slice watch to `index`, and nudges.
-fn index_slices(
+async fn index_slices(
     mut seen: mpsc::Receiver<Seen<ResourceSlice>>,
     index: Arc<Mutex<SliceIndex>>,
     nudges: mpsc::Sender<()>,
 ) {
-    tokio::spawn(async move {
-        while let Some(event) = seen.recv().await {
-            slice_index::lock(&index).apply(event);
-            if let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
-                return;
-            }
+    while let Some(event) = seen.recv().await {
+        slice_index::lock(&index).apply(event);
+        if let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
+            return;
         }
-    });
+    }
 }
 
 /// Feeds a nudge into `nudges` when a Node comes or goes or one of the
 /// fabric labels the controller keeps changes: not on the status updates
 /// every kubelet sends.
-fn nudge_on_nodes(mut seen: mpsc::Receiver<Seen<Node>>, nudges: mpsc::Sender<()>) {
-    tokio::spawn(async move {
-        let mut labels: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
-        while let Some(event) = seen.recv().await {
-            let relevant = match event {
-                Seen::Applied(node) => {
-                    let name = node.metadata.name.clone().unwrap_or_default();
-                    let kept: Vec<Option<String>> = NODE_LABELS
-                        .iter()
-                        .map(|key| node.metadata.labels.as_ref()?.get(*key).cloned())
-                        .collect();
-                    labels.insert(name, kept.clone()) != Some(kept)
-                }
-                Seen::Deleted(node) => {
-                    labels.remove(&node.metadata.name.unwrap_or_default());
-                    true
-                }
-                Seen::Restarted => true,
-            };
-            if relevant && let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
-                return;
+async fn nudge_on_nodes(mut seen: mpsc::Receiver<Seen<Node>>, nudges: mpsc::Sender<()>) {
+    let mut labels: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
+    while let Some(event) = seen.recv().await {
+        let relevant = match event {
+            Seen::Applied(node) => {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let kept: Vec<Option<String>> = NODE_LABELS
+                    .iter()
+                    .map(|key| node.metadata.labels.as_ref()?.get(*key).cloned())
+                    .collect();
+                labels.insert(name, kept.clone()) != Some(kept)
             }
+            Seen::Deleted(node) => {
+                labels.remove(&node.metadata.name.unwrap_or_default());
+                true
+            }
+            Seen::Restarted => true,
+        };
+        if relevant && let Err(mpsc::error::TrySendError::Closed(())) = nudges.try_send(()) {
+            return;
         }
-    });
+    }
 }
 
-/// Runs until `shutdown` completes; gives the Lease up then.
-pub async fn run(
-    client: kube::Client,
-    config: ControllerConfig,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    ainic_dra_daemon::memory::spawn_trimmer();
-    let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &config.namespace);
-    let elector = lease::Elector::new(leases, &config.lease_name, &config.identity, LEASE_DURATION);
+/// Starts the watches of slices, Nodes and claims under `tasks`; the
+/// reconciler reading what they keep, and the nudges they send.
+fn start_watches(
+    client: &kube::Client,
+    config: &ControllerConfig,
+    tasks: &Tasks,
+) -> (reconcile::Reconciler, mpsc::Receiver<()>) {
     let slices: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    let (nudge_tx, mut nudges) = mpsc::channel(1);
+    let claims: kube::Api<ResourceClaim> = kube::Api::all(client.clone());
+    let (nudge_tx, nudges) = mpsc::channel(1);
     let by_driver = format!("spec.driver={}", config.driver);
     let index = Arc::new(Mutex::new(SliceIndex::new(&config.driver)));
-    index_slices(
-        watch(slices.clone(), by_driver, "resource slices"),
-        index.clone(),
-        nudge_tx.clone(),
-    );
-    nudge_on_nodes(
-        watch(nodes.clone(), String::new(), "nodes"),
-        nudge_tx.clone(),
-    );
-    let claims: kube::Api<ResourceClaim> = kube::Api::all(client.clone());
-    nudge_on(
-        watch(claims.clone(), String::new(), "resource claims"),
-        nudge_tx,
-    );
-    let mut reconciler = reconcile::Reconciler {
+    let seen = watch(slices.clone(), by_driver, "resource slices");
+    let indexing = index_slices(seen, index.clone(), nudge_tx.clone());
+    tasks.spawn_critical("slice watch", indexing);
+    let seen = watch(nodes.clone(), String::new(), "nodes");
+    tasks.spawn_critical("node watch", nudge_on_nodes(seen, nudge_tx.clone()));
+    let seen = watch(claims.clone(), String::new(), "resource claims");
+    tasks.spawn_critical("claim watch", nudge_on(seen, nudge_tx));
+    let reconciler = reconcile::Reconciler {
         slices,
         nodes,
         claims,
@@ -186,68 +175,132 @@ pub async fn run(
         untrusted: BTreeSet::new(),
         index,
     };
-    tokio::pin!(shutdown);
-    let elector = std::sync::Arc::new(elector);
-    let (renewer, mut lead) = keep_leading(elector.clone(), config.identity.clone());
-    let mut dirty = true;
-    let mut last_pass: Option<Instant> = None;
-    loop {
-        if renewer.is_finished() {
-            tracing::error!("the lease renewal task ended; stopping the controller");
-            break;
-        }
-        let resync = last_pass.is_none_or(|t| t.elapsed() >= config.resync_every);
-        let settled = last_pass.is_none_or(|t| t.elapsed() >= PASS_GAP);
-        let leading = lead.borrow().is_some_and(|until| until > Instant::now());
-        if leading && (resync || (dirty && settled)) {
-            let pass = while_leading(&mut lead, reconciler.pass());
-            let pass = tokio::select! {
-                pass = tokio::time::timeout(PASS_LIMIT, pass) => pass,
-                () = &mut shutdown => break,
-            };
-            match pass {
-                Ok(Some(Ok(pass))) => {
-                    dirty = false;
-                    tracing::debug!(?pass, "pass done");
-                }
-                Ok(Some(Err(error))) => tracing::error!(%error, "pass failed; trying again"),
-                Ok(None) => tracing::error!("leadership ended during a pass; stopped it there"),
-                Err(_) => {
-                    tracing::error!(limit = ?PASS_LIMIT, "pass took too long; stopped it there")
-                }
-            }
-            last_pass = Some(Instant::now());
-            // A pass's lists are freed at its end; hand their pages back.
-            ainic_dra_daemon::memory::after_burst();
-        }
-        tokio::select! {
-            () = &mut shutdown => break,
-            Some(()) = nudges.recv() => dirty = true,
-            () = tokio::time::sleep(PASS_GAP) => {}
-        }
+    (reconciler, nudges)
+}
+
+/// Runs until `shutdown` completes or one of its tasks fails (returned);
+/// gives the Lease up then. With `webhook`, serves the admission webhook
+/// too.
+pub async fn run(
+    client: kube::Client,
+    config: ControllerConfig,
+    webhook: Option<webhook::WebhookConfig>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), TaskFailed> {
+    let (mut supervisor, tasks) = Supervisor::new();
+    ainic_dra_daemon::memory::spawn_trimmer(&tasks);
+    if let Some(webhook) = webhook {
+        let serving = webhook::run(client.clone(), webhook, tasks.clone());
+        tasks.spawn_critical("webhook certificates", serving);
     }
+    let (mut reconciler, nudges) = start_watches(&client, &config, &tasks);
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client.clone(), &config.namespace);
+    let elector = lease::Elector::new(leases, &config.lease_name, &config.identity, LEASE_DURATION);
+    let elector = Arc::new(elector);
+    let renewing = CancellationToken::new();
+    let (renewer, lead) = keep_leading(elector.clone(), &config.identity, &tasks, &renewing);
+    let stopped = {
+        let watching = supervisor.watch(shutdown);
+        let passes = Passes {
+            lead: lead.clone(),
+            nudges,
+            resync_every: config.resync_every,
+        };
+        passes.run(&mut reconciler, watching).await
+    };
+    supervisor.shutting_down();
     // No renewal may come after the release.
-    renewer.abort();
-    let _ = renewer.await;
+    renewing.cancel();
+    renewer.wait().await;
     let leading = lead.borrow().is_some_and(|until| until > Instant::now());
     if leading && let Err(error) = elector.release().await {
         tracing::warn!(%error, "cannot give the lease up");
     }
+    supervisor.stop(Duration::from_secs(2)).await;
     tracing::info!("controller stopped");
+    match stopped {
+        Stopped::Asked => Ok(()),
+        Stopped::Failed(failed) => Err(failed),
+    }
+}
+
+/// What decides when a pass runs.
+struct Passes {
+    lead: tokio::sync::watch::Receiver<Option<Instant>>,
+    nudges: mpsc::Receiver<()>,
+    resync_every: Duration,
+}
+
+impl Passes {
+    /// Runs passes while leading, on nudges (at most one per [`PASS_GAP`])
+    /// and every resync, until `stopped` resolves; says why it stopped.
+    async fn run(
+        mut self,
+        reconciler: &mut reconcile::Reconciler,
+        stopped: impl std::future::Future<Output = Stopped>,
+    ) -> Stopped {
+        tokio::pin!(stopped);
+        let mut dirty = true;
+        let mut last_pass: Option<Instant> = None;
+        loop {
+            let resync = last_pass.is_none_or(|t| t.elapsed() >= self.resync_every);
+            let settled = last_pass.is_none_or(|t| t.elapsed() >= PASS_GAP);
+            let leading = self
+                .lead
+                .borrow()
+                .is_some_and(|until| until > Instant::now());
+            if leading && (resync || (dirty && settled)) {
+                let pass = while_leading(&mut self.lead, reconciler.pass());
+                let pass = tokio::select! {
+                    pass = tokio::time::timeout(PASS_LIMIT, pass) => pass,
+                    why = &mut stopped => return why,
+                };
+                dirty = !report(pass);
+                last_pass = Some(Instant::now());
+                // A pass's lists are freed at its end; hand their pages back.
+                ainic_dra_daemon::memory::after_burst();
+            }
+            tokio::select! {
+                why = &mut stopped => return why,
+                Some(()) = self.nudges.recv() => dirty = true,
+                () = tokio::time::sleep(PASS_GAP) => {}
+            }
+        }
+    }
+}
+
+/// Logs how a pass ended; whether it completed.
+fn report(
+    pass: Result<
+        Option<Result<reconcile::Pass, reconcile::PassError>>,
+        tokio::time::error::Elapsed,
+    >,
+) -> bool {
+    match pass {
+        Ok(Some(Ok(pass))) => {
+            tracing::debug!(?pass, "pass done");
+            return true;
+        }
+        Ok(Some(Err(error))) => tracing::error!(%error, "pass failed; trying again"),
+        Ok(None) => tracing::error!("leadership ended during a pass; stopped it there"),
+        Err(_) => tracing::error!(limit = ?PASS_LIMIT, "pass took too long; stopped it there"),
+    }
+    false
 }
 
 /// Tries for the Lease every [`RENEW_EVERY`] on a task of its own, so that
-/// a long pass (thousands of nodes to label) never delays a renewal; the
-/// receiver holds until when this replica leads (`None`: it does not).
+/// a long pass (thousands of nodes to label) never delays a renewal, until
+/// `renewing` is cancelled; the receiver holds until when this replica
+/// leads (`None`: it does not).
 fn keep_leading(
-    elector: std::sync::Arc<lease::Elector>,
-    identity: String,
-) -> (
-    tokio::task::JoinHandle<()>,
-    tokio::sync::watch::Receiver<Option<Instant>>,
-) {
+    elector: Arc<lease::Elector>,
+    identity: &str,
+    tasks: &Tasks,
+    renewing: &CancellationToken,
+) -> (Done, tokio::sync::watch::Receiver<Option<Instant>>) {
     let (tx, rx) = tokio::sync::watch::channel(None);
-    let task = tokio::spawn(async move {
+    let (identity, renewing) = (identity.to_string(), renewing.clone());
+    let renewals = async move {
         let mut leadership = Leadership::default();
         loop {
             // The Lease holds from when the renewal was sent, not answered.
@@ -260,6 +313,12 @@ fn keep_leading(
             leadership.record(tried, sent, &identity);
             tx.send_replace(leadership.until());
             tokio::time::sleep(RENEW_EVERY).await;
+        }
+    };
+    let task = tasks.spawn_critical("lease renewal", async move {
+        tokio::select! {
+            () = renewals => {}
+            () = renewing.cancelled() => {}
         }
     });
     (task, rx)

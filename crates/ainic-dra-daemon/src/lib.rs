@@ -2,14 +2,19 @@
 //! fabric controller) needs around the API server and the process itself:
 //! the API client with its request limit ([`client`]), watches that resume
 //! where they stopped ([`follow`]), retry backoff ([`backoff`]), giving
-//! freed heap back to the kernel ([`memory`]) and the stop signal
-//! ([`shutdown`]). Nothing here knows about NICs or DRA.
+//! freed heap back to the kernel ([`memory`]), the API server's release
+//! ([`server_version`]), the stop signal
+//! ([`shutdown`]) and the supervisor of their long-lived tasks
+//! ([`supervise`]). Nothing here knows about NICs.
 
 pub mod backoff;
 pub mod client;
 pub mod follow;
 pub mod memory;
+pub mod server_version;
 pub mod shutdown;
+pub mod supervise;
 
 pub use backoff::{Backoff, Sleeper, TokioSleeper};
 pub use shutdown::shutdown_signal;
+pub use supervise::{Stopped, Supervisor, TaskFailed, Tasks};

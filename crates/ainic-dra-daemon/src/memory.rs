@@ -34,6 +34,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::Tasks;
+
 /// How long the agent must be quiet after a burst before the trim.
 pub const QUIET: Duration = Duration::from_secs(1);
 
@@ -70,14 +72,14 @@ pub fn after_burst() {
     }
 }
 
-/// Starts the trimmer on the current tokio runtime (once per process; a
-/// second call starts nothing).
-pub fn spawn_trimmer() {
+/// Starts the trimmer under `tasks` (once per process; a second call
+/// starts nothing). It holds no state: restarted if it ever ends.
+pub fn spawn_trimmer(tasks: &Tasks) {
     if BURSTS.set(Notify::new()).is_err() {
         return;
     }
     let bursts = BURSTS.get().expect("set above");
-    tokio::spawn(async move {
+    tasks.spawn_restarting("heap trimmer", move || async move {
         loop {
             bursts.notified().await;
             while tokio::time::timeout(QUIET, bursts.notified()).await.is_ok() {}

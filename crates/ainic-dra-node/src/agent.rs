@@ -18,7 +18,6 @@ use dra_model::{FeatureGate, ModelConfig, Release};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use tokio::sync::{Notify, mpsc, watch};
-use tokio::task::{JoinHandle, JoinSet};
 
 use super::desired::{self, ConfigMetrics, Desired, Inputs, Rebuild, Reporter};
 use super::fabric_config;
@@ -27,10 +26,12 @@ use super::http::metrics::Metrics;
 use super::node_events::{KubeNodeEvents, NodeEvents, post_soon};
 use super::plugin::claims::KubeClaims;
 use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
-use super::{NodeConfig, Serving, serve, server_version};
+use super::{NodeConfig, Serving, serve};
 use crate::classic::ClassicSettings;
 use ainic_dra_daemon::follow::{Lifetime, Seen, watch_for};
-use ainic_dra_daemon::shutdown_signal;
+use ainic_dra_daemon::server_version;
+use ainic_dra_daemon::supervise::Done;
+use ainic_dra_daemon::{Stopped, Supervisor, TaskFailed, Tasks, shutdown_signal};
 use dra_model::classic::ClassicConfig;
 
 /// What the agent runs.
@@ -114,11 +115,12 @@ fn nudge_on_slice_changes(
     (node, driver): (&str, &str),
     (nudge, replayed): (mpsc::Sender<()>, Arc<Notify>),
     lifetime: Lifetime,
+    tasks: &Tasks,
 ) {
     let slices: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let fields = format!("spec.nodeName={node},spec.driver={driver}");
     let mut seen = watch_for(slices, fields, "resource slices", lifetime);
-    tokio::spawn(async move {
+    tasks.spawn_critical("slice watch", async move {
         // The first replay is the start: the release was just learnt.
         let mut started = false;
         while let Some(seen) = seen.recv().await {
@@ -180,15 +182,18 @@ fn refuse_both_paths(node: &str, driver: &str, classic: &ClassicConfig) -> Resul
     )
 }
 
-/// Runs every part of the agent until a shutdown signal. `client` is the
-/// API client being built: the kubelet's sockets are served before it is
-/// awaited, since building it can take longer than discovery (the TLS
-/// roots of the system: about 150 certificate files read and parsed).
+/// Runs every part of the agent until a shutdown signal, or until one of
+/// its tasks fails (then it stops the same way and returns the failure).
+/// `client` is the API client being built: the kubelet's sockets are
+/// served before it is awaited, since building it can take longer than
+/// discovery (the TLS roots of the system: about 150 certificate files
+/// read and parsed).
 pub async fn run(
     client: impl Future<Output = Result<kube::Client>>,
     config: AgentConfig,
 ) -> Result<()> {
-    ainic_dra_daemon::memory::spawn_trimmer();
+    let (mut supervisor, tasks) = Supervisor::new();
+    ainic_dra_daemon::memory::spawn_trimmer(&tasks);
     let mut metrics = Metrics::default();
     let publisher_metrics = PublisherMetrics::default();
     let config_metrics = ConfigMetrics::default();
@@ -228,7 +233,7 @@ pub async fn run(
         device_plugins: classic.as_ref().map(|c| c.dir.clone()),
         driver: node.scope.driver.clone(),
     };
-    let mut serving = serve(node, Arc::new(metrics), published).await?;
+    let mut serving = serve(node, Arc::new(metrics), published, &tasks).await?;
     let client = match client.await {
         Ok(client) => client,
         Err(error) => {
@@ -238,7 +243,7 @@ pub async fn run(
     };
     let uninstalling = daemonset
         .as_ref()
-        .map(|ds| super::uninstall::follow_daemonset(client.clone(), ds, watches));
+        .map(|ds| super::uninstall::follow_daemonset(client.clone(), ds, watches, &tasks));
     let health_events = serving.health_events.take();
     let (stop_tx, stop) = watch::channel(false);
     let wiring = Wiring {
@@ -257,44 +262,62 @@ pub async fn run(
         published: published_tx,
         health_events,
         stop,
+        tasks,
     };
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    // The plugin serves meanwhile: prepares wait only for the state.
-    let wired = tokio::select! {
-        () = &mut shutdown => None,
-        wired = wiring.wire(&mut serving) => Some(wired),
-    };
-    let running = match wired {
-        None => None,
-        Some(Err(error)) => {
-            remove_sockets(&serving);
-            return Err(error);
-        }
-        Some(Ok(running)) => {
-            shutdown.await;
-            Some(running)
+    let mut failed = None;
+    let running = {
+        let watching = supervisor.watch(shutdown_signal());
+        tokio::pin!(watching);
+        // The plugin serves meanwhile: prepares wait only for the state.
+        let wired = tokio::select! {
+            stopped = &mut watching => {
+                failed = failure(stopped);
+                None
+            }
+            wired = wiring.wire(&mut serving) => Some(wired),
+        };
+        match wired {
+            None => None,
+            Some(Err(error)) => {
+                remove_sockets(&serving);
+                return Err(error);
+            }
+            Some(Ok(running)) => {
+                failed = failure(watching.await);
+                Some(running)
+            }
         }
     };
     tracing::info!("shutting down");
+    supervisor.shutting_down();
     // The kubelet sees the plugin go first: it sends nothing new here
     // (a newer agent of a rolling update takes the calls).
     remove_sockets(&serving);
     stop_tx.send_replace(true);
-    let mut classic = None;
     if let Some(running) = running {
-        let _ = running.publishing.await;
+        running.publishing.wait().await;
         running.driver.drain(DRAIN_DEADLINE).await;
-        classic = running.classic;
-    }
-    if let Some(mut tasks) = classic {
-        while tasks.join_next().await.is_some() {}
+        for task in running.classic {
+            task.wait().await;
+        }
     }
     if uninstalling.is_some_and(|u| u.load(std::sync::atomic::Ordering::SeqCst)) {
         drop(serving);
         remove_node_state(&paths);
     }
-    Ok(())
+    supervisor.stop(STOP_DEADLINE).await;
+    match failed {
+        Some(failed) => Err(failed.into()),
+        None => Ok(()),
+    }
+}
+
+/// The task that failed, if that is why the agent stops.
+fn failure(stopped: Stopped) -> Option<TaskFailed> {
+    match stopped {
+        Stopped::Asked => None,
+        Stopped::Failed(failed) => Some(failed),
+    }
 }
 
 /// The chart is being uninstalled: removes the node's files if no claim
@@ -324,6 +347,10 @@ fn remove_node_state(paths: &super::uninstall::NodePaths) {
 /// finish: well inside the chart's 30 s grace period.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
 
+/// How long the tasks left after the drain may take to end once
+/// cancelled (they end at their next await point).
+const STOP_DEADLINE: Duration = Duration::from_secs(2);
+
 /// Removes the plugin's sockets, so the kubelet sees the plugin go.
 fn remove_sockets(serving: &Serving) {
     for socket in &serving.sockets {
@@ -350,12 +377,13 @@ struct Wiring {
     published: watch::Sender<Option<String>>,
     health_events: Option<mpsc::Receiver<HealthEvent>>,
     stop: watch::Receiver<bool>,
+    tasks: Tasks,
 }
 
 /// The tasks to wait for at shutdown.
 struct Running {
-    publishing: JoinHandle<()>,
-    classic: Option<JoinSet<()>>,
+    publishing: Done,
+    classic: Vec<Done>,
     driver: Arc<super::plugin::Driver>,
 }
 
@@ -370,7 +398,11 @@ impl Wiring {
     async fn wire(mut self, started: &mut Serving) -> Result<Running> {
         let node = read_node(&self.client, &self.node, Backoff::default()).await;
         let labels = node.metadata.labels.clone().unwrap_or_default();
-        let fabric = fabric_config::follow(self.fabric_config.clone(), self.fabric_poll_every);
+        let fabric = fabric_config::follow(
+            self.fabric_config.clone(),
+            self.fabric_poll_every,
+            &self.tasks,
+        );
         let state = fabric.borrow().clone();
         let rebuild = checked_rebuild(self.model.clone(), self.classic.as_ref());
         // Also what the classic path scores with; its error stops the agent.
@@ -387,7 +419,8 @@ impl Wiring {
         if let Some(queued) = self.health_events.take() {
             let health = KubeNodeEvents::new(&self.client, &node, &self.driver)
                 .with_action("AssessNicHealth");
-            tokio::spawn(post_health_events(queued, Arc::new(health)));
+            let posting = post_health_events(queued, Arc::new(health));
+            self.tasks.spawn_critical("health events", posting);
         }
         let mut reporter =
             Reporter::new(self.config_metrics.clone(), self.published.clone(), events);
@@ -399,18 +432,17 @@ impl Wiring {
             Some(mut settings) => {
                 // The scoring's rails come from the same fabric facts as DRA's.
                 settings.fabric = Some(model);
-                let tasks =
-                    crate::classic::start(settings, started.inventory.clone(), self.stop.clone())
-                        .context("failed to start the classic device plugin")?;
-                Some(tasks)
+                let inventory = started.inventory.clone();
+                crate::classic::start(settings, inventory, self.stop.clone(), &self.tasks)
+                    .context("failed to start the classic device plugin")?
             }
-            None => None,
+            None => Vec::new(),
         };
         let (nudge_tx, nudges) = mpsc::channel(1);
         let replayed = Arc::new(Notify::new());
         let scope = (self.node.as_str(), self.driver.as_str());
         let nudging = (nudge_tx.clone(), replayed.clone());
-        nudge_on_slice_changes(&self.client, scope, nudging, self.watches);
+        nudge_on_slice_changes(&self.client, scope, nudging, self.watches, &self.tasks);
         let inputs = Inputs {
             node: self.node.clone(),
             labels,
@@ -418,7 +450,8 @@ impl Wiring {
             rebuild,
             watches: self.watches,
         };
-        let desired = desired::follow(&self.client, inputs, first, reporter, nudge_tx.clone());
+        let nudge = nudge_tx.clone();
+        let desired = desired::follow(&self.client, inputs, first, reporter, nudge, &self.tasks);
         let claims = Arc::new(KubeClaims::new(self.client.clone()));
         let driver = started.own_state(claims).await?;
         let nudging = (nudge_tx, nudges, replayed);
@@ -439,7 +472,7 @@ impl Wiring {
         desired: watch::Receiver<Desired>,
         dra_split: Option<ClassicConfig>,
         (nudge, nudges, replayed): (mpsc::Sender<()>, mpsc::Receiver<()>, Arc<Notify>),
-    ) -> JoinHandle<()> {
+    ) -> Done {
         let publisher = SlicePublisher::new(
             self.client.clone(),
             PublisherConfig {
@@ -452,13 +485,15 @@ impl Wiring {
         let refused = publisher.refused_gates();
         let inventory = started.inventory.clone();
         let verdicts = started.verdicts.clone();
-        tokio::spawn(nudge_on_verdicts(started.verdicts.clone(), nudge.clone()));
+        let nudging = nudge_on_verdicts(started.verdicts.clone(), nudge.clone());
+        self.tasks.spawn_critical("verdict nudges", nudging);
         let attributes = started.attributes.clone();
         let mut options = RunOptions::new(self.resync_every);
         options.follow = Some(started.inventory.clone());
         options.nudges = Some(nudges);
         let (client, explicit, mut stopped) = (self.client, self.kubernetes_version, self.stop);
-        tokio::spawn(async move {
+        let tasks = self.tasks.clone();
+        self.tasks.spawn_critical("publisher", async move {
             let release = match explicit {
                 Some(release) => release,
                 None => {
@@ -473,7 +508,8 @@ impl Wiring {
                 // A control plane upgraded under a running agent.
                 let every = options.resync_every;
                 let asked = server_version::Asked { every, replayed };
-                tokio::spawn(server_version::follow(client, asked, release_tx, nudge));
+                let following = server_version::follow(client, asked, release_tx, nudge);
+                tasks.spawn_critical("server version follower", following);
             }
             let build = move || {
                 let Desired::Model(model) = desired.borrow().clone() else {

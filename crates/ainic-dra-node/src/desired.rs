@@ -218,13 +218,14 @@ pub fn follow(
     first: Desired,
     mut reporter: Reporter,
     nudge: mpsc::Sender<()>,
+    tasks: &ainic_dra_daemon::Tasks,
 ) -> watch::Receiver<Desired> {
     let (desired_tx, desired) = watch::channel(first);
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
     let fields = format!("metadata.name={}", inputs.node);
     let mut seen = watch_for(nodes, fields, "node", inputs.watches);
     let mut fabric = Some(inputs.fabric.clone());
-    tokio::spawn(async move {
+    tasks.spawn_critical("node label watch", async move {
         loop {
             tokio::select! {
                 event = seen.recv() => match event {

@@ -15,6 +15,7 @@
 //! read syscall and a compare. The content is compared, not the mtime, so
 //! an edit is seen whatever the timestamps say.
 
+use ainic_dra_daemon::Tasks;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,13 +114,17 @@ impl FabricConfig {
 /// Reads `path` now, then every `every` on a task of its own, and sends
 /// each new state; ends when every receiver is gone. `None` follows
 /// nothing: [`FabricConfig::NotConfigured`] for ever.
-pub fn follow(path: Option<PathBuf>, every: Duration) -> watch::Receiver<FabricConfig> {
+pub fn follow(
+    path: Option<PathBuf>,
+    every: Duration,
+    tasks: &Tasks,
+) -> watch::Receiver<FabricConfig> {
     let Some(path) = path else {
         return watch::channel(FabricConfig::NotConfigured).1;
     };
     let mut last = std::fs::read(&path).map_err(|e| e.to_string());
     let (tx, rx) = watch::channel(FabricConfig::first(from_bytes(&last, &path)));
-    tokio::spawn(async move {
+    tasks.spawn_critical("fabric config follower", async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
@@ -223,7 +228,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fabric.yaml");
         std::fs::write(&path, "defaults: {tenant: Bad}\n").unwrap();
-        let mut rx = follow(Some(path.clone()), Duration::from_secs(5));
+        let (_supervisor, tasks) = ainic_dra_daemon::Supervisor::new();
+        let mut rx = follow(Some(path.clone()), Duration::from_secs(5), &tasks);
         assert_eq!(rx.borrow_and_update().in_force(), None);
         std::fs::write(&path, "defaults: {tenant: team-a}\n").unwrap();
         rx.changed().await.unwrap();

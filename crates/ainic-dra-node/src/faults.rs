@@ -1,6 +1,8 @@
 //! Kill points for tests: with `AINIC_DRA_FAULT=<point>[@<n>]` in its
 //! environment, the process aborts (no clean-up, like `kill -9`) the `n`th
-//! time (default: the first) it reaches that point. The end-to-end tests
+//! time (default: the first) it reaches that point; at a task point
+//! ([`Point::TASKS`], [`fail`]) the task reaching it panics instead, which
+//! the supervisor must notice. The end-to-end tests
 //! use it to prove that a crash between any two steps of prepare and
 //! unprepare, down to the steps of each durable write, leaves nothing
 //! behind once the agent restarts and the kubelet retries.
@@ -52,6 +54,8 @@ pub enum Point {
     AttachAfterMove,
     /// The netdev is home again; the checkpoint still records the move.
     DetachBeforeForget,
+    /// The refresh loop's periodic tick (a task point: it panics).
+    RefreshTick,
 }
 
 impl Point {
@@ -84,6 +88,9 @@ impl Point {
         Point::DetachBeforeForget,
     ];
 
+    /// The points where a long-lived task panics ([`fail`]).
+    pub const TASKS: [Point; 1] = [Point::RefreshTick];
+
     /// The value of [`ENV`] that selects this point.
     pub fn name(self) -> &'static str {
         match self {
@@ -102,6 +109,7 @@ impl Point {
             Point::AttachAfterRecord => "attach-after-record",
             Point::AttachAfterMove => "attach-after-move",
             Point::DetachBeforeForget => "detach-before-forget",
+            Point::RefreshTick => "refresh-tick",
         }
     }
 }
@@ -125,6 +133,7 @@ fn armed() -> &'static Option<(String, u32)> {
                     .iter()
                     .chain(&Point::COMPACTION)
                     .chain(&Point::NETDEV)
+                    .chain(&Point::TASKS)
                     .any(|p| p.name() == point) =>
             {
                 Some((point.to_string(), n))
@@ -153,18 +162,34 @@ pub fn compaction_armed() -> bool {
 /// Aborts the process if `point` is the armed one and this is its `n`th hit.
 #[inline]
 pub fn hit(point: Point) {
+    if reached(point) {
+        eprintln!("ainic-dra: fault injection: aborting at {}", point.name());
+        std::process::abort();
+    }
+}
+
+/// Panics if `point` is the armed one and this is its `n`th hit: the task
+/// reaching it dies, the process does not.
+#[inline]
+pub fn fail(point: Point) {
+    if reached(point) {
+        panic!("fault injection at {}", point.name());
+    }
+}
+
+/// Whether `point` is the armed one and this is its `n`th hit. Always
+/// `false` in release builds.
+#[inline]
+fn reached(point: Point) -> bool {
     #[cfg(debug_assertions)]
     if let Some((armed, n)) = armed()
         && armed == point.name()
     {
         static HITS: AtomicU32 = AtomicU32::new(0);
-        if HITS.fetch_add(1, Ordering::SeqCst) + 1 == *n {
-            eprintln!("ainic-dra: fault injection: aborting at {armed}@{n}");
-            std::process::abort();
-        }
+        return HITS.fetch_add(1, Ordering::SeqCst) + 1 == *n;
     }
-    #[cfg(not(debug_assertions))]
     let _ = point;
+    false
 }
 
 #[cfg(test)]

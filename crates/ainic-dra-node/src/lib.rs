@@ -39,7 +39,6 @@ pub mod plugin;
 pub mod publisher;
 pub mod rdma_netns;
 pub mod sandbox;
-pub mod server_version;
 pub mod state_lock;
 pub mod uevents;
 pub mod uninstall;
@@ -49,6 +48,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ainic_dra_daemon::Tasks;
 use anyhow::{Context, Result};
 use kubelet_api::dra::{v1, v1beta1};
 use kubelet_api::dra_health::{v1 as health_v1, v1alpha1 as health_v1alpha1};
@@ -155,6 +155,7 @@ struct StateParts {
     config: NodeConfig,
     metrics: Arc<Metrics>,
     attributes: watch::Receiver<Option<Arc<metadata::DeviceAttributes>>>,
+    tasks: Tasks,
 }
 
 /// The sockets' file names: the kubelet's defaults, or, with an instance
@@ -186,6 +187,7 @@ pub async fn serve(
     config: NodeConfig,
     metrics: Arc<Metrics>,
     published: watch::Receiver<Option<String>>,
+    tasks: &Tasks,
 ) -> Result<Serving> {
     let lock = match config.instance {
         None => Some(lock_state_dir(&config).await?),
@@ -208,18 +210,18 @@ pub async fn serve(
     );
     let (inventory_tx, inventory_rx) = watch::channel(Arc::new(inventory));
     let (attributes_tx, attributes) = watch::channel(None);
-    let followers = spawn_refresher(&config, discovery, inventory_tx, &metrics).await;
+    let followers = spawn_refresher(&config, discovery, inventory_tx, &metrics, tasks).await;
     let (slot_tx, slot) = plugin::grpc::DriverSlot::empty();
     let (reg_socket, dra_socket) = socket_names(&config);
-    serve_dra(&config, &dra_socket, slot, followers.reports)?;
-    let registration = serve_registration(&config, &reg_socket, &dra_socket, &metrics)?;
+    serve_dra(&config, &dra_socket, slot, followers.reports, tasks)?;
+    let registration = serve_registration(&config, &reg_socket, &dra_socket, &metrics, tasks)?;
     if let Some(addr) = config.http_addr {
         let state = http::HttpState {
             metrics: metrics.clone(),
             registration,
             published,
         };
-        serve_http(addr, state, config.instance.is_some()).await?;
+        serve_http(addr, state, config.instance.is_some(), tasks).await?;
     } else {
         tracing::info!("http endpoint disabled");
     }
@@ -235,6 +237,7 @@ pub async fn serve(
             config,
             metrics,
             attributes,
+            tasks: tasks.clone(),
         },
     })
 }
@@ -243,16 +246,21 @@ pub async fn serve(
 /// address in use is an older agent of a rolling update on the host's
 /// network: its endpoint answers the probes meanwhile, and this one binds
 /// as soon as the older one has exited (tried every second).
-async fn serve_http(addr: SocketAddr, state: http::HttpState, wait: bool) -> Result<()> {
+async fn serve_http(
+    addr: SocketAddr,
+    state: http::HttpState,
+    wait: bool,
+    tasks: &Tasks,
+) -> Result<()> {
     let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
     match http::serve(addr, state.clone()).await {
         Ok((bound, server)) => {
-            tokio::spawn(server);
+            tasks.spawn_critical("http server", server);
             tracing::info!(%bound, "http serving");
         }
         Err(error) if wait && in_use(&error) => {
             tracing::info!(%addr, "http address in use (an older agent?): binding when it is free");
-            tokio::spawn(async move {
+            tasks.spawn_critical("http server", async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     match http::serve(addr, state.clone()).await {
@@ -296,6 +304,7 @@ async fn spawn_refresher(
     discovery: DiscoveryConfig,
     inventory: watch::Sender<Arc<Inventory>>,
     metrics: &Arc<Metrics>,
+    tasks: &Tasks,
 ) -> Followers {
     let (reports_tx, reports) = watch::channel(Arc::default());
     let (counters, verdicts, health_events) = match config.counter_health.clone() {
@@ -326,7 +335,7 @@ async fn spawn_refresher(
     };
     refresher.poll_counters().await;
     refresher.report();
-    tokio::spawn(refresher.run());
+    tasks.spawn_critical("refresher", refresher.run());
     Followers {
         reports,
         verdicts,
@@ -341,31 +350,31 @@ fn serve_dra(
     socket: &std::path::Path,
     slot: plugin::grpc::DriverSlot,
     reports: watch::Receiver<Arc<health::HealthReport>>,
+    tasks: &Tasks,
 ) -> Result<()> {
     let timeout =
         i64::try_from(config.refresh_every.as_secs().saturating_mul(3).max(30)).unwrap_or(i64::MAX);
     let health_service = health::HealthService::new(&config.scope.pool, reports, timeout);
     let incoming = kubelet_api::uds::bind(socket)?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(v1::dra_plugin_server::DraPluginServer::new(
-                plugin::grpc::V1(slot.clone()),
-            ))
-            .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
-                plugin::grpc::V1beta1(slot),
-            ))
-            .add_service(
-                health_v1::dra_resource_health_server::DraResourceHealthServer::new(
-                    health_service.clone(),
-                ),
-            )
-            .add_service(
-                health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
-                    health_service,
-                ),
-            )
-            .serve_with_incoming(incoming),
-    );
+    let server = tonic::transport::Server::builder()
+        .add_service(v1::dra_plugin_server::DraPluginServer::new(
+            plugin::grpc::V1(slot.clone()),
+        ))
+        .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(
+            plugin::grpc::V1beta1(slot),
+        ))
+        .add_service(
+            health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                health_service.clone(),
+            ),
+        )
+        .add_service(
+            health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+                health_service,
+            ),
+        )
+        .serve_with_incoming(incoming);
+    tasks.spawn_critical("dra server", logged("dra server", server));
     Ok(())
 }
 
@@ -375,6 +384,7 @@ fn serve_registration(
     socket: &std::path::Path,
     dra_socket: &std::path::Path,
     metrics: &Arc<Metrics>,
+    tasks: &Tasks,
 ) -> Result<watch::Receiver<plugin::registration::Registration>> {
     let registration = RegistrationService::new(
         &config.scope.driver,
@@ -383,13 +393,12 @@ fn serve_registration(
     );
     let status = registration.status();
     let incoming = kubelet_api::uds::bind(socket)?;
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(reg::registration_server::RegistrationServer::new(
-                registration,
-            ))
-            .serve_with_incoming(incoming),
-    );
+    let server = tonic::transport::Server::builder()
+        .add_service(reg::registration_server::RegistrationServer::new(
+            registration,
+        ))
+        .serve_with_incoming(incoming);
+    tasks.spawn_critical("registration server", logged("registration server", server));
     tracing::info!(registration = %socket.display(), "DRA plugin serving");
     Ok(status)
 }
@@ -452,15 +461,20 @@ async fn open_state(
         )
         .with_netdev_gates(&config.cdi_dir),
     );
+    let tasks = &parts.tasks;
     if let Some(nri) = &config.nri {
-        tokio::spawn(sandbox::follow_runtime(nri.clone(), sandboxes.clone()));
+        let runtime = sandbox::follow_runtime(nri.clone(), sandboxes.clone());
+        tasks.spawn_critical("nri plugin", runtime);
     }
-    tokio::spawn(plugin::status::run(
-        status_rx,
-        claims.clone(),
-        config.scope.clone(),
-        inventory.clone(),
-    ));
+    tasks.spawn_critical(
+        "claim status writer",
+        plugin::status::run(
+            status_rx,
+            claims.clone(),
+            config.scope.clone(),
+            inventory.clone(),
+        ),
+    );
     let driver = Arc::new(Driver::new(DriverParts {
         scope: config.scope.clone(),
         claims,
@@ -482,16 +496,33 @@ async fn open_state(
     );
     let lost: Vec<String> = refreshed.failed.into_iter().map(|(uid, _)| uid).collect();
     driver.report_all(&lost);
-    tokio::spawn(plugin::follow_inventory(driver.clone()));
+    tasks.spawn_critical(
+        "prepared claims follower",
+        plugin::follow_inventory(driver.clone()),
+    );
     if let Some(every) = config.sweep_every {
-        tokio::spawn(plugin::sweep::run(driver.clone(), every));
+        tasks.spawn_critical("claim sweep", plugin::sweep::run(driver.clone(), every));
     }
     if rebooted.is_some() {
         // Claims deleted while the node was down: asked about at once, not
         // at the first sweep interval.
-        tokio::spawn(plugin::sweep::once(driver.clone()));
+        tasks.spawn_once(
+            "claim sweep after reboot",
+            plugin::sweep::once(driver.clone()),
+        );
     }
     Ok(driver)
+}
+
+/// A gRPC server's future, its error logged with its name (the supervisor
+/// then reports the end).
+async fn logged<E: std::fmt::Display>(
+    name: &'static str,
+    server: impl Future<Output = Result<(), E>>,
+) {
+    if let Err(error) = server.await {
+        tracing::error!(server = name, %error, "server failed");
+    }
 }
 
 /// Kernel link events for the refresher; `None` (logged) where the host

@@ -120,13 +120,14 @@ pub fn follow_daemonset(
     client: kube::Client,
     (namespace, name): &(String, String),
     lifetime: follow::Lifetime,
+    tasks: &ainic_dra_daemon::Tasks,
 ) -> Arc<AtomicBool> {
     let deleted = Arc::new(AtomicBool::new(false));
     let api: kube::Api<DaemonSet> = kube::Api::namespaced(client, namespace);
     let fields = format!("metadata.name={name}");
     let mut seen = follow::watch_for(api, fields, "agent DaemonSet", lifetime);
     let flag = deleted.clone();
-    tokio::spawn(async move {
+    tasks.spawn_critical("daemonset watch", async move {
         while let Some(seen) = seen.recv().await {
             let gone = match seen {
                 Seen::Deleted(_) => true,

@@ -178,12 +178,7 @@ async fn sigterm_removes_the_sockets_and_keeps_prepared_claims() {
         .await
         .unwrap();
     assert_eq!(again, first);
-    let claim_reads = world
-        .api
-        .requests()
-        .iter()
-        .filter(|r| r.resource == "resourceclaims" && r.subresource.is_none())
-        .count();
+    let claim_reads = world.claim_reads();
     assert_eq!(
         claim_reads, 0,
         "the restarted agent answers from its checkpoint"

@@ -80,9 +80,9 @@ pub async fn listen(config: &WebhookConfig) -> TcpListener {
     }
 }
 
-/// Listens (see [`listen`]), then serves the webhook and keeps its
-/// certificates, forever.
-pub async fn run(client: kube::Client, config: WebhookConfig) {
+/// Listens (see [`listen`]), then serves the webhook (a task of its own
+/// under `tasks`) and keeps its certificates, forever.
+pub async fn run(client: kube::Client, config: WebhookConfig, tasks: ainic_dra_daemon::Tasks) {
     let listener = listen(&config).await;
     let serving = Arc::new(ServingCert::default());
     let state = Arc::new(WebhookState {
@@ -91,7 +91,7 @@ pub async fn run(client: kube::Client, config: WebhookConfig) {
         serving: serving.clone(),
     });
     tracing::info!(addr = %config.addr, hosts = %config.hosts.join(","), "admission webhook serving");
-    tokio::spawn(server::serve(listener, state));
+    tasks.spawn_critical("webhook server", server::serve(listener, state));
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
     let configs: Api<ValidatingWebhookConfiguration> = Api::all(client);
     loop {

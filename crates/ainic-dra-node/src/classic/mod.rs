@@ -30,10 +30,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ainic_dra_daemon::Tasks;
+use ainic_dra_daemon::supervise::Done;
 use anyhow::Context;
 use dra_model::classic::{AllocateOptions, ClassicConfig};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use topology::Inventory;
 
 use crate::cdi::DevRoots;
@@ -62,14 +63,16 @@ pub struct ClassicSettings {
     pub instance: Option<String>,
 }
 
-/// Starts the classic path. Fails before serving anything when the config
-/// offers a device through two paths on the current inventory. The
-/// returned task set ends after `shutdown` flips to `true`.
+/// Starts the classic path's tasks under `tasks`. Fails before serving
+/// anything when the config offers a device through two paths on the
+/// current inventory. The returned tasks end after `shutdown` flips to
+/// `true`.
 pub fn start(
     settings: ClassicSettings,
     inventories: watch::Receiver<Arc<Inventory>>,
     shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<JoinSet<()>> {
+    tasks: &Tasks,
+) -> anyhow::Result<Vec<Done>> {
     let config = Arc::new(settings.config);
     let first = Snapshot::new(
         &config,
@@ -84,14 +87,15 @@ pub fn start(
         tracing::info!(resource = %r.name, devices = r.devices.len(), "classic resource");
     }
     let (snapshot_tx, snapshots) = watch::channel(Arc::new(first));
-    let mut tasks = JoinSet::new();
+    let mut started = Vec::new();
     let follow = snapshot::follow(
         Arc::clone(&config),
         settings.fabric.clone(),
         inventories,
         snapshot_tx,
     );
-    tasks.spawn(with_shutdown(follow, shutdown.clone()));
+    let follow = with_shutdown(follow, shutdown.clone());
+    started.push(tasks.spawn_critical("classic snapshot follower", follow));
     let options = AllocateOptions {
         char_devices: config.char_devices,
         cdi_enabled: settings.cdi_dir.is_some(),
@@ -101,7 +105,8 @@ pub fn start(
         write_cdi(&dir, &settings.dev, options, &snapshots.borrow())
             .context("failed to write the classic CDI spec")?;
         let task = follow_cdi(dir, settings.dev.clone(), options, snapshots.clone());
-        tasks.spawn(with_shutdown(task, shutdown.clone()));
+        let task = with_shutdown(task, shutdown.clone());
+        started.push(tasks.spawn_critical("classic cdi follower", task));
     }
     for spec in &config.resources {
         let plugin = ResourcePlugin {
@@ -113,9 +118,10 @@ pub fn start(
             host_dev: settings.dev.on_host.clone(),
             instance: settings.instance.clone(),
         };
-        tasks.spawn(plugin.run(shutdown.clone()));
+        let serving = plugin.run(shutdown.clone());
+        started.push(tasks.spawn_critical("classic device plugin", serving));
     }
-    Ok(tasks)
+    Ok(started)
 }
 
 /// Runs `task` until it ends or `shutdown` flips.

@@ -191,6 +191,7 @@ impl Refresher {
         loop {
             let began = tokio::select! {
                 at = ticks.tick() => {
+                    crate::faults::fail(crate::faults::Point::RefreshTick);
                     self.poll_counters().await;
                     let rescans = Rescans {
                         since_check: at.duration_since(last_check),

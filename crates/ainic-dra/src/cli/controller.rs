@@ -9,7 +9,7 @@ use clap::Args;
 use dra_model::{FeatureGate, FeatureGates, Release};
 
 use super::slices::{parse_gates, parse_release};
-use ainic_dra_controller::webhook::{self, WebhookConfig};
+use ainic_dra_controller::webhook::WebhookConfig;
 use ainic_dra_controller::{self as controller, ControllerConfig};
 use ainic_dra_daemon::Backoff;
 
@@ -132,15 +132,14 @@ pub fn run(args: ControllerArgs) -> Result<()> {
     let webhook = args.webhook()?;
     runtime.block_on(async move {
         let client = ainic_dra_daemon::client::connect(args.kubeconfig.as_deref()).await?;
-        if let Some(config) = webhook {
-            tokio::spawn(webhook::run(client.clone(), config));
-        }
         let (_stop, mut never) = tokio::sync::watch::channel(false);
         let release = match args.kubernetes_version {
             Some(release) => release,
-            None => ainic_dra_node::server_version::learn(&client, Backoff::default(), &mut never)
-                .await
-                .unwrap_or(Release::NEWEST),
+            None => {
+                ainic_dra_daemon::server_version::learn(&client, Backoff::default(), &mut never)
+                    .await
+                    .unwrap_or(Release::NEWEST)
+            }
         };
         let gates = args.feature_gates.clone().with_release(release);
         let config = ControllerConfig {
@@ -154,7 +153,8 @@ pub fn run(args: ControllerArgs) -> Result<()> {
             tenant_label: args.tenant_label.clone(),
         };
         tracing::info!(?config, "controller starting");
-        controller::run(client, config, ainic_dra_daemon::shutdown_signal()).await;
+        let shutdown = ainic_dra_daemon::shutdown_signal();
+        controller::run(client, config, webhook, shutdown).await?;
         Ok(())
     })
 }

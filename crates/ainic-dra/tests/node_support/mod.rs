@@ -241,6 +241,15 @@ impl World {
         specs
     }
 
+    /// Reads of ResourceClaims (not of their status) the API server saw.
+    pub fn claim_reads(&self) -> usize {
+        self.api
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "resourceclaims" && r.subresource.is_none())
+            .count()
+    }
+
     /// Claim UIDs in the checkpoint (empty when there is none).
     pub fn checkpoint_claims(&self) -> Vec<String> {
         ainic_dra_node::checkpoint::read(&self.dirs().state)

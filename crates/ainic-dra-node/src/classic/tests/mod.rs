@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ainic_dra_daemon::Supervisor;
+use ainic_dra_daemon::supervise::Done;
 use dra_model::classic::ClassicConfig;
 use kubelet_api::deviceplugin::v1beta1 as dp;
 use testkit::fake_kubelet_dp::{DevicePluginClient, FakeKubelet};
 use testkit::fixture::{Model, Topology, bundled_by_name};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use topology::Inventory;
 
 use super::{ClassicSettings, rescan, start};
@@ -52,7 +53,8 @@ pub(super) struct Node {
     pub(super) kubelet: FakeKubelet,
     pub(super) inventory: watch::Receiver<Arc<Inventory>>,
     shutdown: watch::Sender<bool>,
-    tasks: JoinSet<()>,
+    tasks: Vec<Done>,
+    rescanner: tokio::task::JoinHandle<()>,
 }
 
 impl Node {
@@ -75,9 +77,12 @@ impl Node {
 
     /// Stops every task; returns the node's directory, to look at what
     /// the agent left.
-    pub(super) async fn stop(mut self) -> tempfile::TempDir {
+    pub(super) async fn stop(self) -> tempfile::TempDir {
         self.shutdown.send(true).unwrap();
-        while self.tasks.join_next().await.is_some() {}
+        for task in &self.tasks {
+            task.wait().await;
+        }
+        let _ = self.rescanner.await;
         self.dir
     }
 }
@@ -111,20 +116,20 @@ pub(super) async fn node(
         stopping.clone(),
     )
     .unwrap();
-    let mut tasks = start(
+    let (_supervisor, supervised) = Supervisor::new();
+    let tasks = start(
         settings(dir.path(), config, cdi),
         inventory.clone(),
         stopping,
+        &supervised,
     )?;
-    tasks.spawn(async move {
-        let _ = rescanner.await;
-    });
     Ok(Node {
         dir,
         kubelet,
         inventory,
         shutdown,
         tasks,
+        rescanner,
     })
 }
 

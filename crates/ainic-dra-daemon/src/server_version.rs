@@ -12,7 +12,7 @@ use dra_model::{Release, UnsupportedRelease};
 use k8s_openapi::apimachinery::pkg::version::Info;
 use tokio::sync::{Notify, watch};
 
-use super::publisher::Backoff;
+use crate::Backoff;
 
 /// The release of a server's `/version`: from `major`/`minor` (the minor
 /// may carry a suffix, `37+` on some managed clusters), else from
