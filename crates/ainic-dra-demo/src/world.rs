@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+use rustix::process::Pid;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -79,6 +81,8 @@ impl Drop for Agent {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
+            // A drop cannot await: reaps the child just killed (at once).
+            #[allow(clippy::disallowed_methods)]
             let _ = self.child.wait();
         }
     }
@@ -236,8 +240,10 @@ impl World {
     pub async fn stop_agents(&mut self) -> Result<usize> {
         let mut stopped = 0;
         for agent in &mut self.agents {
-            let pid = agent.child.id().to_string();
-            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let pid = i32::try_from(agent.child.id()).ok().and_then(Pid::from_raw);
+            if let Some(pid) = pid {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
             for _ in 0..150 {
                 if agent.child.try_wait()?.is_some() {
                     stopped += 1;

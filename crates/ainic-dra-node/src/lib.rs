@@ -39,6 +39,7 @@ pub mod plugin;
 pub mod publisher;
 pub mod rdma_netns;
 pub mod sandbox;
+mod state;
 pub mod state_lock;
 pub mod uevents;
 pub mod uninstall;
@@ -56,16 +57,11 @@ use kubelet_api::pluginregistration::v1 as reg;
 use tokio::sync::watch;
 use topology::{DiscoveryConfig, Inventory};
 
-use cdi::dir::CdiDir;
-use checkpoint::store::CheckpointStore;
 use dra_model::health::{HealthPolicy, Verdicts};
-use health::counters::CounterHealth;
-use health::refresh::Refresher;
 use http::metrics::Metrics;
-use plugin::claims::SharedClaims;
+use plugin::Driver;
 use plugin::registration::RegistrationService;
 use plugin::resolve::Scope;
-use plugin::{Driver, DriverParts};
 
 /// Socket file name of the DRA services inside `--plugin-dir`.
 pub const DRA_SOCKET: &str = "dra.sock";
@@ -190,7 +186,7 @@ pub async fn serve(
     tasks: &Tasks,
 ) -> Result<Serving> {
     let lock = match config.instance {
-        None => Some(lock_state_dir(&config).await?),
+        None => Some(state::lock_state_dir(&config).await?),
         Some(_) => None,
     };
     let discovery = DiscoveryConfig::default();
@@ -210,7 +206,7 @@ pub async fn serve(
     );
     let (inventory_tx, inventory_rx) = watch::channel(Arc::new(inventory));
     let (attributes_tx, attributes) = watch::channel(None);
-    let followers = spawn_refresher(&config, discovery, inventory_tx, &metrics, tasks).await;
+    let followers = health::refresh::spawn(&config, discovery, inventory_tx, &metrics, tasks).await;
     let (slot_tx, slot) = plugin::grpc::DriverSlot::empty();
     let (reg_socket, dra_socket) = socket_names(&config);
     serve_dra(&config, &dra_socket, slot, followers.reports, tasks)?;
@@ -281,68 +277,6 @@ async fn serve_http(
     Ok(())
 }
 
-async fn lock_state_dir(config: &NodeConfig) -> Result<state_lock::StateLock> {
-    let lock = state_lock::acquire(&config.state_dir, config.state_lock_wait).await?;
-    tracing::info!(lock = %lock.path().display(), "state directory locked");
-    Ok(lock)
-}
-
-/// What [`spawn_refresher`] hands on: the health reports for the kubelet,
-/// the counter health verdicts the publisher taints by, and the counter
-/// health Events for the Node (`None` without counter health).
-struct Followers {
-    reports: watch::Receiver<Arc<health::HealthReport>>,
-    verdicts: watch::Receiver<Arc<Verdicts>>,
-    health_events: Option<tokio::sync::mpsc::Receiver<health::counters::HealthEvent>>,
-}
-
-/// The refresh loop (health reports, the NICs' error counters and the
-/// inventory), on a task of its own, after a first read of the counters
-/// (their baseline: rates from the first tick on).
-async fn spawn_refresher(
-    config: &NodeConfig,
-    discovery: DiscoveryConfig,
-    inventory: watch::Sender<Arc<Inventory>>,
-    metrics: &Arc<Metrics>,
-    tasks: &Tasks,
-) -> Followers {
-    let (reports_tx, reports) = watch::channel(Arc::default());
-    let (counters, verdicts, health_events) = match config.counter_health.clone() {
-        Some(policy) => {
-            let (counters, followers) = CounterHealth::new(
-                config.sysfs_root.clone(),
-                &config.scope.driver,
-                policy,
-                metrics.clone(),
-            );
-            (Some(counters), followers.verdicts, Some(followers.events))
-        }
-        None => (None, watch::channel(Arc::default()).1, None),
-    };
-    let mut refresher = Refresher {
-        sysfs_root: config.sysfs_root.clone(),
-        discovery,
-        interval: config.refresh_every,
-        inventory,
-        reports: reports_tx,
-        metrics: metrics.clone(),
-        links: subscribe_links(),
-        uevents: subscribe_uevents(),
-        rescan_every: config.rescan_every,
-        full_rescan_every: config.full_rescan_every,
-        counters,
-        started: tokio::time::Instant::now(),
-    };
-    refresher.poll_counters().await;
-    refresher.report();
-    tasks.spawn_critical("refresher", refresher.run());
-    Followers {
-        reports,
-        verdicts,
-        health_events,
-    }
-}
-
 /// Serves `DRAPlugin` v1 and v1beta1 and `DRAResourceHealth` v1 and
 /// v1alpha1 on `socket`.
 fn serve_dra(
@@ -403,117 +337,6 @@ fn serve_registration(
     Ok(status)
 }
 
-impl Serving {
-    /// Second phase: locks the state directory (waiting, with an instance
-    /// ID, for an older agent of the node to let go of it), loads the
-    /// checkpoint, reconciles the CDI dir with it, rebuilds every prepared
-    /// claim's spec from today's devices, and hands the driver to the
-    /// waiting gRPC services. The lock is held until the agent exits.
-    pub async fn own_state(&mut self, claims: SharedClaims) -> Result<Arc<Driver>> {
-        if self.lock.is_none() {
-            self.lock = Some(lock_state_dir(&self.parts.config).await?);
-        }
-        let driver = open_state(&self.parts, claims, self.inventory.clone()).await?;
-        self.slot.send_replace(Some(driver.clone()));
-        Ok(driver)
-    }
-}
-
-/// Loads the checkpoint and builds the driver on it (see
-/// [`Serving::own_state`]).
-async fn open_state(
-    parts: &StateParts,
-    claims: SharedClaims,
-    inventory: watch::Receiver<Arc<Inventory>>,
-) -> Result<Arc<Driver>> {
-    let config = &parts.config;
-    let boot = checkpoint::journal::boot_id(&config.boot_id_file);
-    let store = Arc::new(CheckpointStore::open_in_boot(&config.state_dir, &boot)?);
-    let rebooted = store.previous_boot().map(str::to_string);
-    if let Some(previous) = &rebooted {
-        // The pods' network namespaces died with the boot and their
-        // netdevs are the host's again; device numbers and the CDI dir are
-        // rebuilt below from today's devices.
-        let forgotten = store.forget_moves().await?;
-        tracing::warn!(previous_boot = %previous, boot = %boot, netdev_moves_forgotten = forgotten, "the node rebooted since the checkpoint was written: prepared claims are rebuilt from today's devices");
-    }
-    let cdi = CdiDir::open(&config.cdi_dir)?;
-    let mut reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
-    // Built with the flag off too: claims prepared while it was on still
-    // get their metadata removed.
-    let files = metadata::MetadataFiles::new(&config.scope.driver, &config.plugin_dir, cdi.clone());
-    reconciled
-        .removed
-        .extend(files.remove_orphans(&store.snapshot())?);
-    let metadata = Some(plugin::MetadataParts {
-        files,
-        write: config.device_metadata,
-        attributes: parts.attributes.clone(),
-    });
-    let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
-    let sandboxes = Arc::new(
-        sandbox::Sandboxes::new(
-            store.clone(),
-            &config.sysfs_root,
-            Some(status_tx.clone()),
-            config.nri.is_some(),
-            Arc::new(rdma_netns::Kernel),
-        )
-        .with_netdev_gates(&config.cdi_dir),
-    );
-    let tasks = &parts.tasks;
-    if let Some(nri) = &config.nri {
-        let runtime = sandbox::follow_runtime(nri.clone(), sandboxes.clone());
-        tasks.spawn_critical("nri plugin", runtime);
-    }
-    tasks.spawn_critical(
-        "claim status writer",
-        plugin::status::run(
-            status_rx,
-            claims.clone(),
-            config.scope.clone(),
-            inventory.clone(),
-        ),
-    );
-    let driver = Arc::new(Driver::new(DriverParts {
-        scope: config.scope.clone(),
-        claims,
-        inventory,
-        store,
-        cdi,
-        dev: config.dev.clone(),
-        metrics: parts.metrics.clone(),
-        status: Some(status_tx),
-        metadata,
-        sandboxes: Some(sandboxes),
-    }));
-    let refreshed = driver.refresh_all().await;
-    tracing::info!(
-        claims = driver.prepared_claims(),
-        removed = ?reconciled.removed,
-        rewritten = ?refreshed.rewritten,
-        "checkpoint reconciled with the CDI directory and today's devices"
-    );
-    let lost: Vec<String> = refreshed.failed.into_iter().map(|(uid, _)| uid).collect();
-    driver.report_all(&lost);
-    tasks.spawn_critical(
-        "prepared claims follower",
-        plugin::follow_inventory(driver.clone()),
-    );
-    if let Some(every) = config.sweep_every {
-        tasks.spawn_critical("claim sweep", plugin::sweep::run(driver.clone(), every));
-    }
-    if rebooted.is_some() {
-        // Claims deleted while the node was down: asked about at once, not
-        // at the first sweep interval.
-        tasks.spawn_once(
-            "claim sweep after reboot",
-            plugin::sweep::once(driver.clone()),
-        );
-    }
-    Ok(driver)
-}
-
 /// A gRPC server's future, its error logged with its name (the supervisor
 /// then reports the end).
 async fn logged<E: std::fmt::Display>(
@@ -522,28 +345,5 @@ async fn logged<E: std::fmt::Display>(
 ) {
     if let Err(error) = server.await {
         tracing::error!(server = name, %error, "server failed");
-    }
-}
-
-/// Kernel link events for the refresher; `None` (logged) where the host
-/// gives no netlink socket, leaving the periodic refresh alone.
-fn subscribe_links() -> Option<tokio::sync::mpsc::Receiver<publisher::LinkEvent>> {
-    use publisher::LinkSource;
-    match publisher::NetlinkLinks.subscribe() {
-        Ok(links) => Some(links),
-        Err(error) => {
-            tracing::warn!(%error, "no netlink link events; refreshing on the interval only");
-            None
-        }
-    }
-}
-
-fn subscribe_uevents() -> Option<tokio::sync::mpsc::Receiver<()>> {
-    match uevents::subscribe() {
-        Ok(events) => Some(events),
-        Err(error) => {
-            tracing::warn!(%error, "no uevents; rediscovering every refresh interval");
-            None
-        }
     }
 }

@@ -22,19 +22,19 @@
 
 pub mod claims;
 pub mod fixes;
+mod judge;
 pub mod nodes;
 
-use std::collections::BTreeMap;
-
-use allocator::{AllocateError, Allocator, Features, NodeFacts};
+use allocator::Features;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use serde::Serialize;
 
-use claims::{Blocked, PodClaims, Stage};
+use claims::{Blocked, Stage};
 use fixes::Cause;
+use judge::nodes_report;
 
 /// DynamicResources' Filter reason when allocation fails.
 pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
@@ -311,169 +311,6 @@ fn tenant_fixes(cluster: &Cluster, settings: &Settings) -> Vec<String> {
         &settings.tenant_label,
         &settings.driver,
     )
-}
-
-/// One node's verdict: the scheduler's reason, and more.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Verdict {
-    reason: String,
-    detail: Option<String>,
-    claim: Option<String>,
-    request: Option<String>,
-}
-
-fn nodes_report(
-    report: &mut Report,
-    cluster: &Cluster,
-    settings: &Settings,
-    pod_claims: &PodClaims,
-) {
-    let slices = if settings.features.device_taints {
-        allocator::scenario::tainted(&cluster.slices, &cluster.taint_rules)
-    } else {
-        cluster.slices.clone()
-    };
-    let held: Vec<ResourceClaim> = (cluster.claims.iter())
-        .filter(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
-        .cloned()
-        .collect();
-    let allocator = match Allocator::new(settings.features, &slices, &cluster.classes, &held) {
-        Ok(a) => a,
-        Err(error) => {
-            report.blocked = Some(Finding {
-                stage: Stage::PreFilter,
-                reason: format!("the cluster's objects are not valid allocator input: {error}"),
-                detail: None,
-                fixes: Vec::new(),
-            });
-            return;
-        }
-    };
-    let mut nodes: Vec<&Node> = cluster.nodes.iter().collect();
-    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    // Alike: the same reason, the same detail but for the node's name, and
-    // the same cause (nodes that fail a request alike may need different
-    // fixes: one has its devices held, another none that the selector takes).
-    type Key = (String, Option<String>, Option<String>);
-    let mut groups: BTreeMap<Key, Vec<&Node>> = BTreeMap::new();
-    let mut verdicts: BTreeMap<Key, (Verdict, Option<Cause>)> = BTreeMap::new();
-    for node in &nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        match judge(&cluster.pod, node, &allocator, pod_claims) {
-            None => report.fits.push(name),
-            Some(verdict) => {
-                let cause = (verdict.reason == CANNOT_ALLOCATE).then(|| {
-                    fixes::Trial {
-                        features: settings.features,
-                        classes: &cluster.classes,
-                        slices: &slices,
-                        held: &held,
-                        own: &pod_claims.held,
-                        pending: &pod_claims.pending,
-                        node,
-                    }
-                    .cause()
-                });
-                let detail = verdict.detail.as_ref().map(|d| d.replace(&name, "<node>"));
-                let kind = cause.as_ref().map(|c| {
-                    serde_json::to_string(c)
-                        .unwrap_or_default()
-                        .replace(&name, "<node>")
-                });
-                let key = (verdict.reason.clone(), detail, kind);
-                groups.entry(key.clone()).or_default().push(node);
-                verdicts.entry(key).or_insert((verdict, cause));
-            }
-        }
-    }
-    let mut histogram: BTreeMap<&str, usize> = BTreeMap::new();
-    for (key, members) in &groups {
-        *histogram.entry(key.0.as_str()).or_default() += members.len();
-        let (verdict, cause) = &verdicts[key];
-        let mut group = NodeGroup {
-            nodes: (members.iter())
-                .filter_map(|n| n.metadata.name.clone())
-                .collect(),
-            reason: verdict.reason.clone(),
-            detail: verdict.detail.clone(),
-            claim: verdict.claim.clone(),
-            request: verdict.request.clone(),
-            cause: None,
-            fix: None,
-        };
-        if let Some(cause) = cause {
-            group.fix = Some(fixes::advice(cause, members.len()));
-            group.cause = Some(cause.clone());
-        }
-        report.groups.push(group);
-    }
-    let mut counts: Vec<String> = (histogram.iter())
-        .map(|(r, n)| format!("{n} {r}"))
-        .collect();
-    counts.sort();
-    if report.fits.is_empty() {
-        report.predicted = Some(format!(
-            "0/{} nodes are available: {}.",
-            nodes.len(),
-            counts.join(", ")
-        ));
-    }
-    let partition = fixes::partition_hint(
-        &cluster.slices,
-        &cluster.claims,
-        &pod_claims.pending,
-        &settings.driver,
-        &settings.fabric_class,
-    );
-    report.fixes.extend(partition);
-}
-
-/// Why `node` does not take the pod, as the scheduler decides it.
-fn judge(pod: &Pod, node: &Node, allocator: &Allocator, claims: &PodClaims) -> Option<Verdict> {
-    if let Some((reason, detail)) = nodes::refuses(pod, node) {
-        return Some(Verdict {
-            reason: reason.to_string(),
-            detail: Some(detail),
-            claim: None,
-            request: None,
-        });
-    }
-    if !claims.pending.is_empty() {
-        match allocator.allocate(&NodeFacts::from_node(node), &claims.pending) {
-            Ok(_) => {}
-            Err(AllocateError::Unsatisfiable(failure)) => {
-                return Some(Verdict {
-                    reason: CANNOT_ALLOCATE.to_string(),
-                    detail: Some(failure.explanation),
-                    claim: failure.claim,
-                    request: failure.request,
-                });
-            }
-            Err(AllocateError::Input(error)) => {
-                return Some(Verdict {
-                    reason: error.to_string(),
-                    detail: None,
-                    claim: None,
-                    request: None,
-                });
-            }
-        }
-    }
-    let elsewhere = claims.held.iter().find(|c| {
-        let allocation = c.status.as_ref().and_then(|s| s.allocation.as_ref());
-        let selector = allocation.and_then(|a| a.node_selector.as_ref());
-        selector.is_some_and(|s| !nodes::selector_matches(s, node))
-    })?;
-    Some(Verdict {
-        reason: NOT_AVAILABLE.to_string(),
-        detail: Some(format!(
-            "claim {}/{} is allocated on other nodes; the pod can only run where its allocation is",
-            elsewhere.metadata.namespace.as_deref().unwrap_or_default(),
-            elsewhere.metadata.name.as_deref().unwrap_or_default()
-        )),
-        claim: None,
-        request: None,
-    })
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, DeviceSelector, DeviceSubRequest, DeviceToleration, ExactDeviceRequest,
-    ResourceClaim,
+    DeviceClass, DeviceConstraint, DeviceRequest, DeviceSelector, DeviceSubRequest,
+    DeviceToleration, ExactDeviceRequest, ResourceClaim,
 };
 
 use crate::cel::Selector;
@@ -162,102 +162,82 @@ pub(crate) fn plan_claim(
     features: &Features,
 ) -> Result<ClaimPlan, InputError> {
     let label = claim_label(claim);
-    let fail = |reason: String| InputError::Claim {
-        claim: label.clone(),
-        reason,
-    };
     let devices = claim.spec.as_ref().and_then(|s| s.devices.as_ref());
-    let mut requests = Vec::new();
-    for request in devices
+    let builder = Builder {
+        label: &label,
+        classes,
+        features,
+    };
+    let requests = (devices
         .and_then(|d| d.requests.as_ref())
         .into_iter()
-        .flatten()
-    {
-        let builder = Builder {
-            label: &label,
-            classes,
-            features,
-        };
-        let plan = match (&request.exactly, &request.first_available) {
-            (Some(exact), None) => {
-                RequestPlan::Exact(builder.exact(&request.name, exact, cache)?)
-            }
-            (None, Some(subs)) if !subs.is_empty() => {
-                if !features.prioritized_list {
-                    return Err(InputError::ClaimPart {
-                        claim: label.clone(),
-                        part: format!("request {}", request.name),
-                        reason: "has subrequests, but the DRAPrioritizedList feature is disabled"
-                            .into(),
-                    });
-                }
-                let specs = subs
-                    .iter()
-                    .map(|s| builder.sub(&request.name, s, cache))
-                    .collect::<Result<Vec<_>, _>>()?;
-                RequestPlan::FirstAvailable(specs)
-            }
-            _ => {
-                return Err(fail(format!(
-                    "request {}: needs exactly one of exactly or firstAvailable",
-                    request.name
-                )));
-            }
-        };
-        requests.push(plan);
-    }
+        .flatten())
+    .map(|request| builder.request(request, cache))
+    .collect::<Result<Vec<_>, _>>()?;
     if let Some(dup) = duplicate_name(&requests) {
-        return Err(fail(format!("request name {dup} is used twice")));
+        return Err(InputError::Claim {
+            claim: label.clone(),
+            reason: format!("request name {dup} is used twice"),
+        });
     }
-    let plans_so_far = &requests;
-    let constraints = devices
+    let constraints = (devices
         .and_then(|d| d.constraints.as_ref())
         .into_iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, c)| {
-            // distinctAttribute is unknown (an empty constraint) to an
-            // implementation that does not know consumable capacity.
-            let distinct_known = features.rules().consumable_capacity_known;
-            let (attribute, distinct) = match (&c.match_attribute, &c.distinct_attribute) {
-                (Some(a), None) => (a.clone(), false),
-                (None, Some(a)) if distinct_known => (a.clone(), true),
-                (None, None) | (None, Some(_)) => {
-                    return Err(InputError::ClaimPart {
-                        claim: label.clone(),
-                        part: format!("constraint #{i}"),
-                        reason: "empty constraint (unsupported constraint type?)".into(),
-                    });
-                }
-                _ => {
-                    return Err(fail(format!(
-                        "constraint #{i}: needs exactly one of matchAttribute or distinctAttribute"
-                    )));
-                }
-            };
-            if !attribute.contains('/') {
-                return Err(fail(format!(
-                    "constraint #{i}: attribute {attribute} must be fully qualified (domain/name)"
-                )));
-            }
-            let requests = c.requests.clone().unwrap_or_default();
-            if let Some(unknown) = requests
-                .iter()
-                .find(|r| !known_request_name(plans_so_far, r))
-            {
-                return Err(fail(format!("constraint #{i}: unknown request {unknown}")));
-            }
-            Ok(ConstraintSpec {
-                attribute,
-                distinct,
-                requests,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+        .flatten())
+    .enumerate()
+    .map(|(i, c)| plan_constraint(&label, features, &requests, i, c))
+    .collect::<Result<Vec<_>, _>>()?;
     Ok(ClaimPlan {
         label,
         requests,
         constraints,
+    })
+}
+
+/// Constraint `i` of the claim `label` over its `requests`.
+fn plan_constraint(
+    label: &str,
+    features: &Features,
+    requests: &[RequestPlan],
+    i: usize,
+    c: &DeviceConstraint,
+) -> Result<ConstraintSpec, InputError> {
+    let fail = |reason: String| InputError::Claim {
+        claim: label.to_owned(),
+        reason,
+    };
+    // distinctAttribute is unknown (an empty constraint) to an
+    // implementation that does not know consumable capacity.
+    let distinct_known = features.rules().consumable_capacity_known;
+    let (attribute, distinct) = match (&c.match_attribute, &c.distinct_attribute) {
+        (Some(a), None) => (a.clone(), false),
+        (None, Some(a)) if distinct_known => (a.clone(), true),
+        (None, None) | (None, Some(_)) => {
+            return Err(InputError::ClaimPart {
+                claim: label.to_owned(),
+                part: format!("constraint #{i}"),
+                reason: "empty constraint (unsupported constraint type?)".into(),
+            });
+        }
+        _ => {
+            return Err(fail(format!(
+                "constraint #{i}: needs exactly one of matchAttribute or distinctAttribute"
+            )));
+        }
+    };
+    if !attribute.contains('/') {
+        return Err(fail(format!(
+            "constraint #{i}: attribute {attribute} must be fully qualified (domain/name)"
+        )));
+    }
+    let named = c.requests.clone().unwrap_or_default();
+    if let Some(unknown) = named.iter().find(|r| !known_request_name(requests, r)) {
+        return Err(fail(format!("constraint #{i}: unknown request {unknown}")));
+    }
+    Ok(ConstraintSpec {
+        attribute,
+        distinct,
+        requests: named,
     })
 }
 
@@ -308,6 +288,43 @@ struct Fields<'a> {
 }
 
 impl Builder<'_> {
+    /// The plan of one request: exact, or its subrequests in order.
+    fn request(
+        &self,
+        request: &DeviceRequest,
+        cache: &mut SelectorCache,
+    ) -> Result<RequestPlan, InputError> {
+        match (&request.exactly, &request.first_available) {
+            (Some(exact), None) => Ok(RequestPlan::Exact(self.exact(
+                &request.name,
+                exact,
+                cache,
+            )?)),
+            (None, Some(subs)) if !subs.is_empty() => {
+                if !self.features.prioritized_list {
+                    return Err(InputError::ClaimPart {
+                        claim: self.label.to_owned(),
+                        part: format!("request {}", request.name),
+                        reason: "has subrequests, but the DRAPrioritizedList feature is disabled"
+                            .into(),
+                    });
+                }
+                let specs = subs
+                    .iter()
+                    .map(|s| self.sub(&request.name, s, cache))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(RequestPlan::FirstAvailable(specs))
+            }
+            _ => Err(InputError::Claim {
+                claim: self.label.to_owned(),
+                reason: format!(
+                    "request {}: needs exactly one of exactly or firstAvailable",
+                    request.name
+                ),
+            }),
+        }
+    }
+
     fn exact(
         &self,
         name: &str,

@@ -20,6 +20,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ainic_dra_daemon::Tasks;
+use dra_model::health::Verdicts;
 use tokio::sync::{mpsc, watch};
 use topology::{DiscoveryConfig, Inventory, Recheck};
 
@@ -241,6 +243,85 @@ impl Refresher {
             };
             self.refresh().await;
             (last_check, last_full) = (began, began);
+        }
+    }
+}
+
+/// What [`spawn`] hands on: the health reports for the kubelet,
+/// the counter health verdicts the publisher taints by, and the counter
+/// health Events for the Node (`None` without counter health).
+pub(crate) struct Followers {
+    pub(crate) reports: watch::Receiver<Arc<HealthReport>>,
+    pub(crate) verdicts: watch::Receiver<Arc<Verdicts>>,
+    pub(crate) health_events: Option<mpsc::Receiver<super::counters::HealthEvent>>,
+}
+
+/// The refresh loop (health reports, the NICs' error counters and the
+/// inventory), on a task of its own, after a first read of the counters
+/// (their baseline: rates from the first tick on).
+pub(crate) async fn spawn(
+    config: &crate::NodeConfig,
+    discovery: DiscoveryConfig,
+    inventory: watch::Sender<Arc<Inventory>>,
+    metrics: &Arc<Metrics>,
+    tasks: &Tasks,
+) -> Followers {
+    let (reports_tx, reports) = watch::channel(Arc::default());
+    let (counters, verdicts, health_events) = match config.counter_health.clone() {
+        Some(policy) => {
+            let (counters, followers) = CounterHealth::new(
+                config.sysfs_root.clone(),
+                &config.scope.driver,
+                policy,
+                metrics.clone(),
+            );
+            (Some(counters), followers.verdicts, Some(followers.events))
+        }
+        None => (None, watch::channel(Arc::default()).1, None),
+    };
+    let mut refresher = Refresher {
+        sysfs_root: config.sysfs_root.clone(),
+        discovery,
+        interval: config.refresh_every,
+        inventory,
+        reports: reports_tx,
+        metrics: metrics.clone(),
+        links: subscribe_links(),
+        uevents: subscribe_uevents(),
+        rescan_every: config.rescan_every,
+        full_rescan_every: config.full_rescan_every,
+        counters,
+        started: tokio::time::Instant::now(),
+    };
+    refresher.poll_counters().await;
+    refresher.report();
+    tasks.spawn_critical("refresher", refresher.run());
+    Followers {
+        reports,
+        verdicts,
+        health_events,
+    }
+}
+
+/// Kernel link events for the refresher; `None` (logged) where the host
+/// gives no netlink socket, leaving the periodic refresh alone.
+fn subscribe_links() -> Option<mpsc::Receiver<LinkEvent>> {
+    use crate::publisher::LinkSource;
+    match crate::publisher::NetlinkLinks.subscribe() {
+        Ok(links) => Some(links),
+        Err(error) => {
+            tracing::warn!(%error, "no netlink link events; refreshing on the interval only");
+            None
+        }
+    }
+}
+
+fn subscribe_uevents() -> Option<mpsc::Receiver<()>> {
+    match crate::uevents::subscribe() {
+        Ok(events) => Some(events),
+        Err(error) => {
+            tracing::warn!(%error, "no uevents; rediscovering every refresh interval");
+            None
         }
     }
 }

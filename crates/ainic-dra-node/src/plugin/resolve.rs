@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use dra_model::nic_config::{AttachMode, NicConfigError, config_for_request};
-use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
+use k8s_openapi::api::resource::v1::{
+    DeviceAllocationConfiguration, DeviceRequestAllocationResult, ResourceClaim,
+};
 use topology::Inventory;
 
 use dra_model::netdev::NetdevSettings;
@@ -161,48 +163,55 @@ pub fn plan(
         .collect();
     results
         .into_iter()
-        .map(|r| {
-            let config =
-                config_for_request(configs, &scope.driver, &r.request).map_err(|source| {
-                    ResolveError::Config {
-                        claim: label.clone(),
-                        source,
-                    }
-                })?;
-            let nic = by_name
-                .get(&r.device)
-                .ok_or_else(|| ResolveError::UnknownDevice {
-                    claim: label.clone(),
-                    device: r.device.clone(),
-                })?;
-            let netdev = match config.mode {
-                AttachMode::Rdma => None,
-                AttachMode::Netdev => Some(
-                    netdev_of(claim, r, config.netdev.as_ref(), nic).map_err(|reason| {
-                        ResolveError::Netdev {
-                            claim: label.clone(),
-                            request: r.request.clone(),
-                            reason,
-                        }
-                    })?,
-                ),
-            };
-            Ok(PlannedDevice {
-                request: r.request.clone(),
-                admin_access: r.admin_access == Some(true),
-                attached: AttachedDevice {
-                    device: r.device.clone(),
-                    request: r.request.clone(),
-                    nic: (*nic).clone(),
-                    umad: config.umad,
-                    issm: config.issm,
-                    share: share_of(r),
-                    netdev_gate: None,
-                },
-                netdev,
-            })
-        })
+        .map(|r| plan_device(claim, &label, r, configs, scope, &by_name))
         .collect()
+}
+
+/// Plans result `r` of `claim` (named `label`) on the NIC it names.
+fn plan_device(
+    claim: &ResourceClaim,
+    label: &str,
+    r: &DeviceRequestAllocationResult,
+    configs: &[DeviceAllocationConfiguration],
+    scope: &Scope,
+    by_name: &BTreeMap<String, &topology::NicFunction>,
+) -> Result<PlannedDevice, ResolveError> {
+    let config = config_for_request(configs, &scope.driver, &r.request).map_err(|source| {
+        ResolveError::Config {
+            claim: label.to_string(),
+            source,
+        }
+    })?;
+    let nic = by_name
+        .get(&r.device)
+        .ok_or_else(|| ResolveError::UnknownDevice {
+            claim: label.to_string(),
+            device: r.device.clone(),
+        })?;
+    let netdev = match config.mode {
+        AttachMode::Rdma => None,
+        AttachMode::Netdev => Some(netdev_of(claim, r, config.netdev.as_ref(), nic).map_err(
+            |reason| ResolveError::Netdev {
+                claim: label.to_string(),
+                request: r.request.clone(),
+                reason,
+            },
+        )?),
+    };
+    Ok(PlannedDevice {
+        request: r.request.clone(),
+        admin_access: r.admin_access == Some(true),
+        attached: AttachedDevice {
+            device: r.device.clone(),
+            request: r.request.clone(),
+            nic: (*nic).clone(),
+            umad: config.umad,
+            issm: config.issm,
+            share: share_of(r),
+            netdev_gate: None,
+        },
+        netdev,
+    })
 }
 
 /// What exclusive netdev mode moves for result `r` on `nic`: its first

@@ -143,6 +143,8 @@ impl LldpCommand {
             Some(status) => status,
             None => {
                 let _ = child.kill();
+                // Off the runtime (see `wait`); reaps what was just killed.
+                #[allow(clippy::disallowed_methods)]
                 let _ = child.wait();
                 return Err(LldpError::Timeout {
                     command,
@@ -190,6 +192,9 @@ fn wait(child: &mut std::process::Child, timeout: Duration) -> Option<std::proce
         if left.is_zero() {
             return None;
         }
+        // The LLDP command runs off the async workers (the model is built
+        // on a blocking thread), so a short sleep here blocks no task.
+        #[allow(clippy::disallowed_methods)]
         std::thread::sleep(pause.min(left));
         pause = (pause * 2).min(Duration::from_millis(50));
     }

@@ -249,6 +249,26 @@ pub fn render_table(report: &Report) -> String {
             );
         }
     }
+    write_blocked(&mut out, report);
+    write_groups(&mut out, report);
+    if !report.fits.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nFITS       {} (DRA, taints and node selectors allow them; look at CPU, memory and other resources)",
+            report.fits.join(",")
+        );
+    }
+    for fix in &report.fixes {
+        let _ = writeln!(out, "FIX        {fix}");
+    }
+    for event in &report.events {
+        let _ = writeln!(out, "EVENT      {event}");
+    }
+    out
+}
+
+/// What stops the pod before any node is looked at, with its fixes.
+fn write_blocked(out: &mut String, report: &Report) {
     if let Some(b) = &report.blocked {
         let _ = writeln!(out, "\nBEFORE ANY NODE ({:?})\n  {}", b.stage, b.reason);
         if let Some(detail) = &b.detail {
@@ -258,6 +278,10 @@ pub fn render_table(report: &Report) -> String {
             let _ = writeln!(out, "  fix: {fix}");
         }
     }
+}
+
+/// The nodes that refuse the pod, grouped by reason, with fixes.
+fn write_groups(out: &mut String, report: &Report) {
     if !report.groups.is_empty() {
         let width = (report.groups.iter())
             .map(|g| g.nodes.join(",").len())
@@ -275,18 +299,4 @@ pub fn render_table(report: &Report) -> String {
             }
         }
     }
-    if !report.fits.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nFITS       {} (DRA, taints and node selectors allow them; look at CPU, memory and other resources)",
-            report.fits.join(",")
-        );
-    }
-    for fix in &report.fixes {
-        let _ = writeln!(out, "FIX        {fix}");
-    }
-    for event in &report.events {
-        let _ = writeln!(out, "EVENT      {event}");
-    }
-    out
 }

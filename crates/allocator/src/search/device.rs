@@ -56,6 +56,47 @@ impl Search<'_, '_> {
             self.undo(undo);
             return Ok(None);
         }
+        let Some(undo) = self.constrain(c, spec, candidate, must, undo, leak)? else {
+            return Ok(None);
+        };
+        let (mut undo, consumed) = if features.consumable_capacity {
+            match self.take_capacity(c, spec, candidate, nth, undo, leak) {
+                Some(taken) => taken,
+                None => return Ok(None),
+            }
+        } else {
+            (undo, None)
+        };
+        if !multi {
+            self.allocating.entry(candidate).or_default().push(c);
+            undo.exclusive = true;
+        } else if features.rules().share_counters_leak_on_backtrack {
+            undo.counters = false;
+        }
+        self.picked[c].push(Picked {
+            request: r,
+            sub: s,
+            candidate,
+            consumed,
+        });
+        undo.pushed = true;
+        Ok(Some(undo))
+    }
+
+    /// Adds `candidate` to the claim's constraints that apply to its
+    /// request, recorded in `undo`; `None` (after undoing) when one
+    /// refuses it, an error when the device had to be taken (`must`).
+    fn constrain(
+        &mut self,
+        c: usize,
+        spec: &RequestSpec,
+        candidate: usize,
+        must: bool,
+        mut undo: Undo,
+        leak: bool,
+    ) -> Result<Option<Undo>, Stop> {
+        let cand = self.ctx.candidates[candidate];
+        let device = cand.device();
         let sub_name = spec.parent.as_ref().map(|_| spec.name.as_str());
         for (i, constraint) in self.constraints[c].iter_mut().enumerate() {
             if !constraint.applies_to(spec.base_name(), sub_name) {
@@ -79,68 +120,70 @@ impl Search<'_, '_> {
             constraint.add(spec.base_name(), candidate, device);
             undo.constraints.push(i);
         }
-        let mut consumed = None;
-        if features.consumable_capacity {
-            let arithmetic = crate::capacity::Arithmetic::of(&features);
-            // Both were checked when the device was found selectable, so an
-            // abort cannot come from here.
-            let checked = self.capacity_checked_device(candidate, nth);
-            let fits = checked.is_some_and(|k| {
-                let other = self.ctx.candidates[k].device();
-                capacity::consumption(other, &spec.capacity, arithmetic)
-                    .ok()
-                    .flatten()
-                    .is_some_and(|amount| {
-                        capacity::fits(
-                            other,
-                            &amount,
-                            self.ctx.shared[k],
-                            self.allocating_capacity.get(&k),
-                            arithmetic,
-                        )
-                    })
-            });
-            let amount = capacity::consumption(device, &spec.capacity, arithmetic)
-                .ok()
-                .flatten();
-            let Some(amount) = amount.filter(|_| fits) else {
-                undo.counters &= !leak;
-                if leak {
-                    // Up to 1.35 upstream returns from this check without
-                    // rolling back: the constraint values stay recorded and
-                    // an exclusive device stays marked in use.
-                    undo.constraints.clear();
-                }
-                self.undo(undo);
-                if leak && !multi {
-                    self.allocating.entry(candidate).or_default().push(c);
-                }
-                return Ok(None);
-            };
-            if multi {
-                undo.capacity_existed = self.allocating_capacity.contains_key(&candidate);
-                capacity::add_into(
-                    self.allocating_capacity.entry(candidate).or_default(),
-                    &amount,
-                );
-                undo.capacity = Some(amount.clone());
-                consumed = Some(amount);
-            }
-        }
-        if !multi {
-            self.allocating.entry(candidate).or_default().push(c);
-            undo.exclusive = true;
-        } else if features.rules().share_counters_leak_on_backtrack {
-            undo.counters = false;
-        }
-        self.picked[c].push(Picked {
-            request: r,
-            sub: s,
-            candidate,
-            consumed,
-        });
-        undo.pushed = true;
         Ok(Some(undo))
+    }
+
+    /// Takes the capacity `spec` asks of `candidate` (device `nth` of its
+    /// request), recorded in `undo`; what a shared device gave, or `None`
+    /// (after undoing) when it does not fit.
+    fn take_capacity(
+        &mut self,
+        c: usize,
+        spec: &RequestSpec,
+        candidate: usize,
+        nth: usize,
+        mut undo: Undo,
+        leak: bool,
+    ) -> Option<(Undo, Option<Consumption>)> {
+        let features = self.ctx.features;
+        let device = self.ctx.candidates[candidate].device();
+        let multi = features.consumable_capacity && device.allow_multiple_allocations;
+        let arithmetic = crate::capacity::Arithmetic::of(&features);
+        // Both were checked when the device was found selectable, so an
+        // abort cannot come from here.
+        let checked = self.capacity_checked_device(candidate, nth);
+        let fits = checked.is_some_and(|k| {
+            let other = self.ctx.candidates[k].device();
+            capacity::consumption(other, &spec.capacity, arithmetic)
+                .ok()
+                .flatten()
+                .is_some_and(|amount| {
+                    capacity::fits(
+                        other,
+                        &amount,
+                        self.ctx.shared[k],
+                        self.allocating_capacity.get(&k),
+                        arithmetic,
+                    )
+                })
+        });
+        let amount = capacity::consumption(device, &spec.capacity, arithmetic)
+            .ok()
+            .flatten();
+        let Some(amount) = amount.filter(|_| fits) else {
+            undo.counters &= !leak;
+            if leak {
+                // Up to 1.35 upstream returns from this check without
+                // rolling back: the constraint values stay recorded and
+                // an exclusive device stays marked in use.
+                undo.constraints.clear();
+            }
+            self.undo(undo);
+            if leak && !multi {
+                self.allocating.entry(candidate).or_default().push(c);
+            }
+            return None;
+        };
+        if multi {
+            undo.capacity_existed = self.allocating_capacity.contains_key(&candidate);
+            capacity::add_into(
+                self.allocating_capacity.entry(candidate).or_default(),
+                &amount,
+            );
+            undo.capacity = Some(amount.clone());
+            return Some((undo, Some(amount)));
+        }
+        Some((undo, None))
     }
 
     /// The candidate whose capacity is checked when taking `candidate` as

@@ -1,65 +1,32 @@
-//! The whole node agent as one task: the DRA plugin ([`super::serve`]),
-//! the ResourceSlice publisher and, when asked, the classic device plugin,
-//! all following the same inventory, until SIGTERM/SIGINT.
-//!
-//! The plugin serves at once; nothing is published before the Node is
-//! read (with retries: its labels may fence NICs to a tenant), and then
-//! only what [`super::desired`] decides from the labels and the fabric
-//! config file.
+//! The publishing side of the agent, wired once the Node is read: the
+//! classic device plugin, the watches that nudge the publisher (its
+//! slices, the Node's labels, counter verdicts, the fabric config file)
+//! and the publisher itself, each a task of the supervisor's.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use dra_model::health::Verdicts;
-use dra_model::{FeatureGate, ModelConfig, Release};
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::ResourceSlice;
-use tokio::sync::{Notify, mpsc, watch};
-
-use super::desired::{self, ConfigMetrics, Desired, Inputs, Rebuild, Reporter};
-use super::fabric_config;
-use super::health::counters::HealthEvent;
-use super::http::metrics::Metrics;
-use super::node_events::{KubeNodeEvents, NodeEvents, post_soon};
-use super::plugin::claims::KubeClaims;
-use super::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
-use super::{NodeConfig, Serving, serve};
-use crate::classic::ClassicSettings;
+use ainic_dra_daemon::Tasks;
 use ainic_dra_daemon::follow::{Lifetime, Seen, watch_for};
 use ainic_dra_daemon::server_version;
 use ainic_dra_daemon::supervise::Done;
-use ainic_dra_daemon::{Stopped, Supervisor, TaskFailed, Tasks, shutdown_signal};
+use anyhow::{Context, Result};
 use dra_model::classic::ClassicConfig;
+use dra_model::health::Verdicts;
+use dra_model::{FeatureGate, ModelConfig, Release};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use tokio::sync::{Notify, mpsc, watch};
 
-/// What the agent runs.
-pub struct AgentConfig {
-    /// The DRA plugin's settings.
-    pub node: NodeConfig,
-    /// Builds the device model from the node's labels and the fabric
-    /// config file in force, at start and whenever either changes.
-    pub model: Rebuild,
-    /// The fabric config file (`--fabric-config`), followed while running.
-    pub fabric_config: Option<PathBuf>,
-    /// How often the fabric config file is read for changes.
-    pub fabric_poll_every: Duration,
-    /// The classic device plugin, when `--device-plugin` is set.
-    pub classic: Option<ClassicSettings>,
-    /// How often the publisher re-checks its slices in the API even when
-    /// nothing changed (repairs slices someone else changed or deleted).
-    pub resync_every: Duration,
-    /// The release to publish for (`--kubernetes-version`); the API
-    /// server's when `None`.
-    pub kubernetes_version: Option<Release>,
-    /// The DaemonSet this agent belongs to (namespace, name): when it is
-    /// deleted the agent removes its node's files on exit
-    /// ([`super::uninstall`]).
-    pub daemonset: Option<(String, String)>,
-    /// How long the agent's watches (its slices, Node and DaemonSet) last.
-    pub watches: Lifetime,
-}
+use crate::Serving;
+use crate::classic::ClassicSettings;
+use crate::desired::{self, ConfigMetrics, Desired, Inputs, Rebuild, Reporter};
+use crate::fabric_config;
+use crate::health::counters::HealthEvent;
+use crate::node_events::{KubeNodeEvents, NodeEvents, post_soon};
+use crate::plugin::claims::KubeClaims;
+use crate::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
 
 /// The model as published to a server of `release` that dropped the
 /// fields of the `refused` gates: `release`'s defaults under the
@@ -74,34 +41,6 @@ fn for_server(
         gates.set(gate, false);
     }
     model.with_gates(gates)
-}
-
-/// The Node, read with retries (capped backoff, for ever): nothing is
-/// published before, since a model built without its labels would drop a
-/// tenant label and publish fenced NICs unfenced.
-async fn read_node(client: &kube::Client, node: &str, backoff: Backoff) -> Node {
-    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    let mut failures = 0;
-    loop {
-        failures += 1;
-        let delay = backoff.delay(failures);
-        let delay_ms = delay.as_millis() as u64;
-        match nodes.get_opt(node).await {
-            Ok(Some(found)) => return found,
-            Ok(None) => {
-                tracing::warn!(
-                    node,
-                    failures,
-                    delay_ms,
-                    "node object not found; publishing nothing until it can be read"
-                )
-            }
-            Err(error) => {
-                tracing::warn!(node, %error, failures, delay_ms, "cannot read the node object; publishing nothing until it can be read")
-            }
-        }
-        tokio::time::sleep(delay).await;
-    }
 }
 
 /// Nudges the publisher whenever a watch sees this node's slices of this
@@ -182,209 +121,44 @@ fn refuse_both_paths(node: &str, driver: &str, classic: &ClassicConfig) -> Resul
     )
 }
 
-/// Runs every part of the agent until a shutdown signal, or until one of
-/// its tasks fails (then it stops the same way and returns the failure).
-/// `client` is the API client being built: the kubelet's sockets are
-/// served before it is awaited, since building it can take longer than
-/// discovery (the TLS roots of the system: about 150 certificate files
-/// read and parsed).
-pub async fn run(
-    client: impl Future<Output = Result<kube::Client>>,
-    config: AgentConfig,
-) -> Result<()> {
-    let (mut supervisor, tasks) = Supervisor::new();
-    ainic_dra_daemon::memory::spawn_trimmer(&tasks);
-    let mut metrics = Metrics::default();
-    let publisher_metrics = PublisherMetrics::default();
-    let config_metrics = ConfigMetrics::default();
-    // The agent's own metrics carry the prefix in their names.
-    let ours = metrics.registry_mut().sub_registry_with_prefix("ainic_dra");
-    publisher_metrics.register(ours);
-    config_metrics.register(ours);
-
-    // A classic spec left by a run with --cdi-enabled: nothing would keep
-    // its device numbers current now.
-    if config.classic.as_ref().is_none_or(|s| s.cdi_dir.is_none()) {
-        crate::classic::cdi::remove(&config.node.cdi_dir);
-    }
-
-    let AgentConfig {
-        node,
-        model,
-        fabric_config,
-        fabric_poll_every,
-        classic,
-        resync_every,
-        kubernetes_version,
-        daemonset,
-        watches,
-    } = config;
-    let waiting = format!(
-        "waiting to read Node {}: its labels may fence NICs to a tenant",
-        node.scope.pool
-    );
-    let (published_tx, published) = watch::channel(Some(waiting));
-    let scope = node.scope.clone();
-    let paths = super::uninstall::NodePaths {
-        state: node.state_dir.clone(),
-        cdi: node.cdi_dir.clone(),
-        plugin: node.plugin_dir.clone(),
-        registry: node.registry_dir.clone(),
-        device_plugins: classic.as_ref().map(|c| c.dir.clone()),
-        driver: node.scope.driver.clone(),
-    };
-    let mut serving = serve(node, Arc::new(metrics), published, &tasks).await?;
-    let client = match client.await {
-        Ok(client) => client,
-        Err(error) => {
-            remove_sockets(&serving);
-            return Err(error);
-        }
-    };
-    let uninstalling = daemonset
-        .as_ref()
-        .map(|ds| super::uninstall::follow_daemonset(client.clone(), ds, watches, &tasks));
-    let health_events = serving.health_events.take();
-    let (stop_tx, stop) = watch::channel(false);
-    let wiring = Wiring {
-        client,
-        node: scope.pool,
-        driver: scope.driver,
-        model,
-        fabric_config,
-        fabric_poll_every,
-        classic,
-        resync_every,
-        kubernetes_version,
-        watches,
-        publisher_metrics,
-        config_metrics,
-        published: published_tx,
-        health_events,
-        stop,
-        tasks,
-    };
-    let mut failed = None;
-    let running = {
-        let watching = supervisor.watch(shutdown_signal());
-        tokio::pin!(watching);
-        // The plugin serves meanwhile: prepares wait only for the state.
-        let wired = tokio::select! {
-            stopped = &mut watching => {
-                failed = failure(stopped);
-                None
-            }
-            wired = wiring.wire(&mut serving) => Some(wired),
-        };
-        match wired {
-            None => None,
-            Some(Err(error)) => {
-                remove_sockets(&serving);
-                return Err(error);
-            }
-            Some(Ok(running)) => {
-                failed = failure(watching.await);
-                Some(running)
-            }
-        }
-    };
-    tracing::info!("shutting down");
-    supervisor.shutting_down();
-    // The kubelet sees the plugin go first: it sends nothing new here
-    // (a newer agent of a rolling update takes the calls).
-    remove_sockets(&serving);
-    stop_tx.send_replace(true);
-    if let Some(running) = running {
-        running.publishing.wait().await;
-        running.driver.drain(DRAIN_DEADLINE).await;
-        for task in running.classic {
-            task.wait().await;
-        }
-    }
-    if uninstalling.is_some_and(|u| u.load(std::sync::atomic::Ordering::SeqCst)) {
-        drop(serving);
-        remove_node_state(&paths);
-    }
-    supervisor.stop(STOP_DEADLINE).await;
-    match failed {
-        Some(failed) => Err(failed.into()),
-        None => Ok(()),
-    }
-}
-
-/// The task that failed, if that is why the agent stops.
-fn failure(stopped: Stopped) -> Option<TaskFailed> {
-    match stopped {
-        Stopped::Asked => None,
-        Stopped::Failed(failed) => Some(failed),
-    }
-}
-
-/// The chart is being uninstalled: removes the node's files if no claim
-/// is prepared, and says what it did.
-fn remove_node_state(paths: &super::uninstall::NodePaths) {
-    use super::uninstall::Removed;
-    let state_dir = &paths.state;
-    match super::uninstall::remove_node_state(paths) {
-        Ok(Removed::Files(files)) => {
-            tracing::info!(
-                removed = files.len(),
-                "uninstalled: the node's files removed"
-            );
-        }
-        Ok(Removed::KeptForPreparedClaims(n)) => tracing::warn!(
-            prepared = n,
-            state_dir = %state_dir.display(),
-            "uninstalled while claims are still prepared: the node's files are kept (drain the node first; a reinstall takes them over)"
-        ),
-        Err(error) => {
-            tracing::error!(%error, state_dir = %state_dir.display(), "uninstalled: cannot remove the node's files")
-        }
-    }
-}
-
-/// How long prepares and unprepares under way at SIGTERM may take to
-/// finish: well inside the chart's 30 s grace period.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(20);
-
-/// How long the tasks left after the drain may take to end once
-/// cancelled (they end at their next await point).
-const STOP_DEADLINE: Duration = Duration::from_secs(2);
-
-/// Removes the plugin's sockets, so the kubelet sees the plugin go.
-fn remove_sockets(serving: &Serving) {
-    for socket in &serving.sockets {
-        if let Err(error) = std::fs::remove_file(socket) {
-            tracing::warn!(socket = %socket.display(), %error, "cannot remove socket");
-        }
-    }
-}
-
 /// What the publishing side of the agent is wired from.
-struct Wiring {
-    client: kube::Client,
-    node: String,
-    driver: String,
-    model: Rebuild,
-    fabric_config: Option<PathBuf>,
-    fabric_poll_every: Duration,
-    classic: Option<ClassicSettings>,
-    resync_every: Duration,
-    kubernetes_version: Option<Release>,
-    watches: Lifetime,
-    publisher_metrics: PublisherMetrics,
-    config_metrics: ConfigMetrics,
-    published: watch::Sender<Option<String>>,
-    health_events: Option<mpsc::Receiver<HealthEvent>>,
-    stop: watch::Receiver<bool>,
-    tasks: Tasks,
+pub(super) struct Wiring {
+    pub(super) client: kube::Client,
+    pub(super) node: String,
+    pub(super) driver: String,
+    pub(super) model: Rebuild,
+    pub(super) fabric_config: Option<PathBuf>,
+    pub(super) fabric_poll_every: Duration,
+    pub(super) classic: Option<ClassicSettings>,
+    pub(super) resync_every: Duration,
+    pub(super) kubernetes_version: Option<Release>,
+    pub(super) watches: Lifetime,
+    pub(super) publisher_metrics: PublisherMetrics,
+    pub(super) config_metrics: ConfigMetrics,
+    pub(super) published: watch::Sender<Option<String>>,
+    pub(super) health_events: Option<mpsc::Receiver<HealthEvent>>,
+    pub(super) stop: watch::Receiver<bool>,
+    pub(super) tasks: Tasks,
 }
 
 /// The tasks to wait for at shutdown.
-struct Running {
-    publishing: Done,
-    classic: Vec<Done>,
-    driver: Arc<super::plugin::Driver>,
+pub(super) struct Running {
+    pub(super) publishing: Done,
+    pub(super) classic: Vec<Done>,
+    pub(super) driver: Arc<crate::plugin::Driver>,
+}
+
+impl Running {
+    /// Once the stop is sent: waits for the publisher's last round, the
+    /// prepares and unprepares under way (up to `deadline`) and the
+    /// classic plugin's tasks.
+    pub(super) async fn finish(self, deadline: Duration) {
+        self.publishing.wait().await;
+        self.driver.drain(deadline).await;
+        for task in self.classic {
+            task.wait().await;
+        }
+    }
 }
 
 impl Wiring {
@@ -395,8 +169,8 @@ impl Wiring {
     /// none), so a rolling update leaves `amd.com/nic` no moment without a
     /// plugin; the publisher starts after, so an old and a new agent never
     /// publish the node's slices at once.
-    async fn wire(mut self, started: &mut Serving) -> Result<Running> {
-        let node = read_node(&self.client, &self.node, Backoff::default()).await;
+    pub(super) async fn wire(mut self, started: &mut Serving) -> Result<Running> {
+        let node = super::read_node(&self.client, &self.node, Backoff::default()).await;
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let fabric = fabric_config::follow(
             self.fabric_config.clone(),
@@ -537,7 +311,7 @@ impl Wiring {
             let stop = async move {
                 let _ = stopped.wait_for(|s| *s).await;
             };
-            super::publisher::run(publisher, build, options, stop).await;
+            crate::publisher::run(publisher, build, options, stop).await;
         })
     }
 }
