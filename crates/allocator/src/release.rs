@@ -18,97 +18,9 @@
 //! | DRAListTypeAttributes | – | – | off | off |
 //! | DRAFractionalCapacityRange | – | – | – | on |
 
-use std::fmt;
-use std::str::FromStr;
-
 use crate::features::Features;
 
-/// A Kubernetes minor release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Release {
-    /// 1.34: `resource.k8s.io/v1` GA.
-    V1_34,
-    /// 1.35: counters in slices of their own, taint effect `None`.
-    V1_35,
-    /// 1.36: consumable capacity, partitionable devices, taints and binding
-    /// conditions on by default; list-typed attributes (alpha).
-    V1_36,
-    /// 1.37: device taints GA.
-    V1_37,
-}
-
-impl Release {
-    /// Every release, oldest first.
-    pub const ALL: [Release; 4] = [
-        Release::V1_34,
-        Release::V1_35,
-        Release::V1_36,
-        Release::V1_37,
-    ];
-
-    /// The newest release (the default of `simulate`).
-    pub const NEWEST: Release = Release::V1_37;
-
-    /// `1.34` … `1.37`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Release::V1_34 => "1.34",
-            Release::V1_35 => "1.35",
-            Release::V1_36 => "1.36",
-            Release::V1_37 => "1.37",
-        }
-    }
-
-    /// From 1.35, a pool's shared counters live in slices of their own.
-    pub fn counters_in_own_slices(self) -> bool {
-        self >= Release::V1_35
-    }
-
-    /// From 1.35, taint effect `None` exists (and unknown effects act like
-    /// it): such a taint does not keep a device from being allocated.
-    pub fn taint_effect_none(self) -> bool {
-        self >= Release::V1_35
-    }
-
-    /// From 1.35 the binding-conditions and device-status gates make one
-    /// allocator feature (`DeviceBindingAndStatus`, on when both are);
-    /// 1.34 has two (`DeviceBinding`, `DeviceStatus`), and either one
-    /// alone picks the experimental allocator.
-    pub fn binding_and_status_one_feature(self) -> bool {
-        self >= Release::V1_35
-    }
-
-    /// From 1.36, `DRAListTypeAttributes` exists.
-    pub fn has_list_type_attributes(self) -> bool {
-        self >= Release::V1_36
-    }
-}
-
-impl fmt::Display for Release {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A release name that is not 1.34 … 1.37.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unsupported Kubernetes version {0:?} (supported: 1.34, 1.35, 1.36, 1.37)")]
-pub struct UnknownRelease(pub String);
-
-impl FromStr for Release {
-    type Err = UnknownRelease;
-
-    /// `1.37`, `v1.37` or a full `1.37.2`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let trimmed = s.trim().trim_start_matches('v');
-        let minor: Vec<&str> = trimmed.splitn(3, '.').take(2).collect();
-        let key = minor.join(".");
-        Release::ALL
-            .into_iter()
-            .find(|r| r.as_str() == key)
-            .ok_or_else(|| UnknownRelease(s.to_string()))
-    }
-}
+pub use k8s_release::{Release, UnknownRelease};
 
 /// Upstream's three allocator implementations: the scheduler takes the
 /// most stable one that supports every enabled feature, and they differ in
@@ -244,6 +156,7 @@ impl Features {
         // only incubating and experimental support.
         let newer = binding || self.consumable_capacity || self.fractional_ranges();
         let newest = self.list_type_attributes;
+        // Releases after 1.37 are not allocated for (Release::parse_known).
         match r {
             Release::V1_34 | Release::V1_35 => {
                 if newer || newest {
@@ -254,7 +167,7 @@ impl Features {
                     Implementation::Stable
                 }
             }
-            Release::V1_36 | Release::V1_37 => {
+            _ => {
                 if newest {
                     Implementation::Experimental
                 } else if newer {
@@ -284,7 +197,7 @@ impl Features {
                 Release::V1_34 => false,
                 Release::V1_35 => implementation != Implementation::Stable,
                 Release::V1_36 => true,
-                Release::V1_37 => implementation == Implementation::Stable,
+                _ => implementation == Implementation::Stable,
             },
             counter_slices_kept_without_gate: release == Release::V1_34
                 || (release == Release::V1_35 && implementation == Implementation::Stable),
@@ -333,9 +246,9 @@ mod tests {
 
     #[test]
     fn releases_parse_in_every_spelling_and_unknown_ones_are_named() {
-        assert_eq!("1.37".parse::<Release>().unwrap(), Release::V1_37);
-        assert_eq!("v1.34.4".parse::<Release>().unwrap(), Release::V1_34);
-        let err = "1.33".parse::<Release>().unwrap_err().to_string();
+        assert_eq!(Release::parse_known("1.37").unwrap(), Release::V1_37);
+        assert_eq!(Release::parse_known("v1.34.4").unwrap(), Release::V1_34);
+        let err = Release::parse_known("1.33").unwrap_err().to_string();
         assert!(err.contains("\"1.33\"") && err.contains("1.37"), "{err}");
     }
 

@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+pub use k8s_release::Release;
+
 /// A DRA feature gate, by its upstream name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FeatureGate {
@@ -94,77 +96,8 @@ impl FeatureGate {
             | FeatureGate::DraConsumableCapacity
             | FeatureGate::DraDeviceBindingConditions
             | FeatureGate::DraDeviceTaints
-            | FeatureGate::DraPartitionableDevices => release.minor >= 36,
+            | FeatureGate::DraPartitionableDevices => release >= Release::V1_36,
         }
-    }
-}
-
-/// A Kubernetes minor release the driver publishes for (1.34 and later).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Release {
-    minor: u32,
-}
-
-impl Release {
-    /// 1.34, the oldest supported release.
-    pub const OLDEST: Release = Release { minor: 34 };
-    /// 1.37, the newest release whose defaults are known.
-    pub const NEWEST: Release = Release { minor: 37 };
-
-    /// Release `1.<minor>`; `None` below 1.34. Releases after 1.37 keep
-    /// 1.37's defaults (a gate that went GA stays on).
-    pub fn of_minor(minor: u32) -> Option<Release> {
-        (minor >= Self::OLDEST.minor).then_some(Release { minor })
-    }
-
-    /// The minor version (34 for 1.34).
-    pub fn minor(self) -> u32 {
-        self.minor
-    }
-
-    /// From 1.35 a pool's shared counters live in slices of their own; in
-    /// 1.34 a device may consume only counter sets of its own slice.
-    pub fn counters_in_own_slices(self) -> bool {
-        self.minor >= 35
-    }
-
-    /// Whether device taints may have effect `None` (informational: no
-    /// effect on scheduling or eviction), accepted from 1.35.
-    pub fn taint_effect_none(self) -> bool {
-        self.minor >= 35
-    }
-
-    /// Devices a slice may hold when one of them has taints or consumes
-    /// counters: 64 from 1.35, the plain limit of 128 in 1.34.
-    pub fn max_devices_with_taints_or_counters(self) -> usize {
-        if self.minor >= 35 { 64 } else { 128 }
-    }
-}
-
-impl fmt::Display for Release {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "1.{}", self.minor)
-    }
-}
-
-/// A release that is not `1.<minor>` with minor 34 or later.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unsupported Kubernetes version {0:?}: expected 1.34 or later, e.g. 1.37")]
-pub struct UnsupportedRelease(pub String);
-
-impl FromStr for Release {
-    type Err = UnsupportedRelease;
-
-    /// `1.37`, `v1.37` or a full `v1.37.2`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || UnsupportedRelease(s.to_string());
-        let mut parts = s.trim().trim_start_matches('v').split('.');
-        let (major, minor) = (parts.next().ok_or_else(bad)?, parts.next().ok_or_else(bad)?);
-        if major != "1" {
-            return Err(bad());
-        }
-        let minor: u32 = minor.parse().map_err(|_| bad())?;
-        Release::of_minor(minor).ok_or_else(bad)
     }
 }
 

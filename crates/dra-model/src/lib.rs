@@ -36,5 +36,6 @@ pub mod tenancy;
 pub mod validate;
 
 pub use config::{ConfigError, ModelConfig, ModelOptions, PfWithVfs};
-pub use gates::{FeatureGate, FeatureGateError, FeatureGates, Release, UnsupportedRelease};
+pub use gates::{FeatureGate, FeatureGateError, FeatureGates, Release};
+pub use k8s_release::UnsupportedRelease;
 pub use slices::{InvalidSlices, SliceSet, build_slices, build_slices_checked};

@@ -83,7 +83,7 @@ pub struct LabelChange {
 
 /// What one pass must write: labels first, then the claims' conditions.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct TenantWrites {
     /// Binding labels to set or remove.
     pub labels: Vec<LabelChange>,
     /// Claims with newly decided shares.
@@ -259,8 +259,8 @@ pub fn plan(
     nodes: &BTreeMap<String, BTreeMap<String, String>>,
     tenant_of: &dyn Fn(&str) -> String,
     driver: &str,
-) -> Plan {
-    let mut out = Plan::default();
+) -> TenantWrites {
+    let mut out = TenantWrites::default();
     let labels = labelled(nodes, driver);
     let mut holders: BTreeMap<StickyPf, BTreeSet<String>> = BTreeMap::new();
     let mut pending = Vec::new();

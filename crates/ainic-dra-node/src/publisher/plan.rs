@@ -26,7 +26,7 @@ pub enum Write {
 
 /// What a sync has to do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plan {
+pub enum SliceWrites {
     /// The API already holds the desired pool: no writes.
     Unchanged {
         /// The pool generation found.
@@ -234,11 +234,15 @@ pub fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec
 
 /// Plans the sync of one pool. `desired` carries no owner; `owner` is the
 /// Node reference every published slice gets.
-pub fn plan(existing: &[ResourceSlice], desired: &[ResourceSlice], owner: &OwnerReference) -> Plan {
+pub fn plan(
+    existing: &[ResourceSlice],
+    desired: &[ResourceSlice],
+    owner: &OwnerReference,
+) -> SliceWrites {
     let current = max_generation(existing);
     let count = desired.len() as i64;
     if holds(existing, &wanted_contents(desired, owner)) {
-        return Plan::Unchanged {
+        return SliceWrites::Unchanged {
             generation: current,
         };
     }
@@ -270,7 +274,7 @@ pub fn plan(existing: &[ResourceSlice], desired: &[ResourceSlice], owner: &Owner
     let used: BTreeSet<usize> = pairs.iter().flatten().chain(&blocking).copied().collect();
     let stale = (0..existing.len()).filter(|j| !used.contains(j));
     writes.extend(stale.map(|j| Write::Delete(existing[j].clone())));
-    Plan::Publish { generation, writes }
+    SliceWrites::Publish { generation, writes }
 }
 
 #[cfg(test)]

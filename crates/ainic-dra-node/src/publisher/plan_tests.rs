@@ -75,19 +75,22 @@ fn identical_pool_needs_no_writes_even_when_uid_unknown() {
     };
     assert_eq!(
         plan(&existing, &want, &without_uid),
-        Plan::Unchanged { generation: 4 }
+        SliceWrites::Unchanged { generation: 4 }
     );
 }
 
 #[test]
 fn empty_pool_with_nothing_desired_is_unchanged() {
-    assert_eq!(plan(&[], &[], &owner()), Plan::Unchanged { generation: 0 });
+    assert_eq!(
+        plan(&[], &[], &owner()),
+        SliceWrites::Unchanged { generation: 0 }
+    );
 }
 
 #[test]
 fn first_publish_creates_every_slice_at_generation_one() {
     let want = [desired(Some("a"), &["nic0"]), desired(None, &["nic1"])];
-    let Plan::Publish { generation, writes } = plan(&[], &want, &owner()) else {
+    let SliceWrites::Publish { generation, writes } = plan(&[], &want, &owner()) else {
         panic!("expected writes")
     };
     assert_eq!(generation, 1);
@@ -112,7 +115,7 @@ fn one_changed_device_rewrites_all_slices_at_next_generation() {
         desired(Some("a"), &["nic0"]),
         desired(Some("b"), &["nic1", "nic2"]),
     ];
-    let Plan::Publish { generation, writes } = plan(&existing, &want, &owner()) else {
+    let SliceWrites::Publish { generation, writes } = plan(&existing, &want, &owner()) else {
         panic!()
     };
     assert_eq!(generation, 4);
@@ -145,7 +148,7 @@ fn stale_and_older_generation_slices_are_deleted_after_all_writes() {
     let mut leftover = stored(&[desired(Some("older"), &["nic0"])], 2);
     existing.append(&mut leftover);
     let want = [desired(Some("a"), &["nic0"]), desired(Some("c"), &["nic1"])];
-    let Plan::Publish { generation, writes } = plan(&existing, &want, &owner()) else {
+    let SliceWrites::Publish { generation, writes } = plan(&existing, &want, &owner()) else {
         panic!()
     };
     assert_eq!(generation, 8);
@@ -172,7 +175,7 @@ fn stale_and_older_generation_slices_are_deleted_after_all_writes() {
 fn unnamed_desired_slices_reuse_existing_slices_with_equal_content_first() {
     let existing = stored(&[desired(None, &["nic0"]), desired(None, &["nic1"])], 1);
     let want = [desired(None, &["nic1"]), desired(None, &["nic5"])];
-    let Plan::Publish { writes, .. } = plan(&existing, &want, &owner()) else {
+    let SliceWrites::Publish { writes, .. } = plan(&existing, &want, &owner()) else {
         panic!()
     };
     let names: Vec<_> = writes
@@ -189,7 +192,7 @@ fn unnamed_desired_slices_reuse_existing_slices_with_equal_content_first() {
 fn driver_requested_generation_wins_when_higher() {
     let mut want = desired(Some("a"), &["nic0"]);
     want.spec.pool.generation = 42;
-    let Plan::Publish { generation, .. } = plan(&[], &[want], &owner()) else {
+    let SliceWrites::Publish { generation, .. } = plan(&[], &[want], &owner()) else {
         panic!()
     };
     assert_eq!(generation, 42);
@@ -213,11 +216,11 @@ fn server_stamped_taint_time_is_ignored_and_kept() {
         .time_added = Some(stamp.clone());
     assert_eq!(
         plan(&existing, std::slice::from_ref(&want), &owner()),
-        Plan::Unchanged { generation: 2 }
+        SliceWrites::Unchanged { generation: 2 }
     );
     // A change elsewhere rewrites the slice but keeps the taint's original time.
     want.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
-    let Plan::Publish { writes, .. } = plan(&existing, &[want], &owner()) else {
+    let SliceWrites::Publish { writes, .. } = plan(&existing, &[want], &owner()) else {
         panic!()
     };
     let Write::Update(s) = &writes[0] else {
@@ -235,7 +238,7 @@ fn same_named_slice_of_another_pool_is_deleted_before_the_create() {
     old.spec.pool.name = "legacy".into();
     let existing = stored(&[old], 3);
     let want = [desired(Some("a"), &["nic0"])];
-    let Plan::Publish { generation, writes } = plan(&existing, &want, &owner()) else {
+    let SliceWrites::Publish { generation, writes } = plan(&existing, &want, &owner()) else {
         panic!()
     };
     assert_eq!(generation, 4);
@@ -264,7 +267,7 @@ fn labels_owners_and_slice_count_are_content_but_server_metadata_is_not() {
         assert_ne!(contents(&changed), contents(&existing));
         assert!(matches!(
             plan(&changed, &want, &owner()),
-            Plan::Publish { generation: 3, .. }
+            SliceWrites::Publish { generation: 3, .. }
         ));
     }
 }

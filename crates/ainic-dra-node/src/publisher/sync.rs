@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::backoff;
 use super::metrics::WriteOp;
-use super::plan::{self, Plan, Write};
+use super::plan::{self, SliceWrites, Write};
 use super::{PublishError, PublishOutcome, SlicePublisher};
 use dra_model::dropped::{self, ReadBack};
 
@@ -179,7 +179,7 @@ impl SlicePublisher {
         };
         // Compare without the node uid first: no read of the Node when nothing changed.
         let probe = self.owner(String::new());
-        if let Plan::Unchanged { generation } = plan::plan(&existing, desired, &probe) {
+        if let SliceWrites::Unchanged { generation } = plan::plan(&existing, desired, &probe) {
             debug!(
                 generation,
                 slices = existing.len(),
@@ -199,7 +199,8 @@ impl SlicePublisher {
             });
         }
         let owner = self.owner(self.node_uid().await?);
-        let Plan::Publish { generation, writes } = plan::plan(&existing, desired, &owner) else {
+        let SliceWrites::Publish { generation, writes } = plan::plan(&existing, desired, &owner)
+        else {
             return Ok(unchanged(plan::max_generation(&existing)));
         };
         let mut outcome = PublishOutcome {

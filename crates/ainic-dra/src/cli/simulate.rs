@@ -129,10 +129,8 @@ fn invalid(message: impl Into<String>) -> anyhow::Error {
 
 /// Runs the simulation and prints the allocated claims.
 pub fn run(args: SimulateArgs) -> Result<()> {
-    let release: Release = args
-        .kubernetes_version
-        .parse()
-        .map_err(|e: allocator::UnknownRelease| invalid(format!("--kubernetes-version: {e}")))?;
+    let release = Release::parse_known(&args.kubernetes_version)
+        .map_err(|e| invalid(format!("--kubernetes-version: {e}")))?;
     let features = features(release, &args.feature_gates)?;
     let mut objects = Vec::new();
     for path in &args.files {

@@ -106,17 +106,16 @@ async fn ask(args: &WhyArgs) -> Result<Report> {
     let (client, default_namespace) = client(args).await?;
     let namespace = args.namespace.clone().unwrap_or(default_namespace);
     let release = match &args.kubernetes_version {
-        Some(v) => v
-            .parse::<Release>()
-            .map_err(|e| anyhow::anyhow!("--kubernetes-version: {e}"))?,
+        Some(v) => {
+            Release::parse_known(v).map_err(|e| anyhow::anyhow!("--kubernetes-version: {e}"))?
+        }
         None => {
             let version = client
                 .apiserver_version()
                 .await
                 .context("failed to read the API server's version")?;
-            format!("{}.{}", version.major, version.minor.trim_end_matches('+'))
-                .parse()
-                .unwrap_or(Release::NEWEST)
+            let text = format!("{}.{}", version.major, version.minor.trim_end_matches('+'));
+            Release::parse_known(&text).unwrap_or(Release::NEWEST)
         }
     };
     let settings = Settings {

@@ -307,7 +307,7 @@ fn run(release: Release) {
 }
 
 fn to_json(case: &Case) -> Value {
-    json!({"name": case.name, "release": case.release.as_str(),
+    json!({"name": case.name, "release": case.release.to_string(),
         "gates": case.gates.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "objects": case.objects})
 }
@@ -387,7 +387,7 @@ fn the_generator_draws_every_gate_of_each_release() {
         allocator::Features::GATE_NAMES,
         "1.37 has every gate the allocator knows"
     );
-    for release in Release::ALL {
+    for release in Release::KNOWN {
         let gates = generate::gates_of(release);
         let mut seen: BTreeMap<(String, bool), u32> = BTreeMap::new();
         let mut vectors = std::collections::BTreeSet::new();

@@ -51,7 +51,7 @@ fn nodes(labels: &[(&str, &str)]) -> BTreeMap<String, BTreeMap<String, String>> 
     BTreeMap::from([("node-1".to_string(), labels)])
 }
 
-fn answers(plan: &Plan) -> Vec<(String, Vec<Answer>)> {
+fn answers(plan: &TenantWrites) -> Vec<(String, Vec<Answer>)> {
     (plan.claims.iter())
         .map(|c| {
             (
@@ -182,7 +182,7 @@ fn claims_without_sticky_shares_are_not_answered() {
         DRIVER
     ));
     let plan = plan(&[plain], &nodes(&[]), &tenant, DRIVER);
-    assert_eq!(plan, Plan::default());
+    assert_eq!(plan, TenantWrites::default());
 }
 
 #[test]
