@@ -266,7 +266,7 @@ async fn main() {
     single(&api, &kubelet, rounds, 0).await;
     concurrent(&api, &kubelet, 10, 2_000_000).await;
 
-    // The agent gives freed heap back after a quiet second (node::memory).
+    // The agent gives freed heap back after a quiet second (ainic_dra_daemon::memory).
     tokio::time::sleep(Duration::from_secs(3)).await;
     println!(
         "agent RSS after the runs, quiet: {}",

@@ -1,4 +1,4 @@
-//! `node::memory::trim` gives freed heap back to the kernel (glibc keeps
+//! `ainic_dra_daemon::memory::trim` gives freed heap back to the kernel (glibc keeps
 //! it otherwise). Its own test binary: RSS is per process.
 
 /// Resident set size of this process, in kB.

@@ -145,3 +145,29 @@ async fn sigterm_during_a_burst_of_prepares_loses_no_prepared_claim() {
         "every answered claim came from the checkpoint"
     );
 }
+
+/// Without counter health nothing ever sends a verdict: the task that
+/// nudges the publisher on verdicts must wait, not end (an end would be a
+/// critical task failing, and the agent would stop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_counter_health_off_the_agent_keeps_running_until_sigterm() {
+    let world = World::new("mi300x-8gpu-8nic").await;
+    let mut agent = world.start_agent_with(None, &["--health-counters=false"]);
+    let kubelet = world.register().await;
+    let devices = published_devices(&world).await;
+    let claim = world.claim("one", &[("nic", DRIVER, NODE, &devices[0])], json!([]));
+    let reply = kubelet
+        .prepare_v1(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(reply.claims[&claim.uid].error, "");
+    assert!(
+        agent.child.try_wait().unwrap().is_none(),
+        "the agent stopped on its own"
+    );
+    kill_term(agent.child.id());
+    let status = wait_exit(&mut agent).await;
+    let log = std::fs::read_to_string(&agent.log).unwrap();
+    assert!(status.success(), "{status:?}; log: {log}");
+    assert!(!log.contains("critical task ended"), "{log}");
+}

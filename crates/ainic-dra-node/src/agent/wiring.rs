@@ -83,6 +83,9 @@ async fn nudge_on_verdicts(mut verdicts: watch::Receiver<Arc<Verdicts>>, nudge: 
             return;
         }
     }
+    // No sender: counter health is off, and no verdict will ever come.
+    // Waits rather than ends, which would stop the agent (a critical task).
+    std::future::pending::<()>().await;
 }
 
 /// Posts the counter health Events queued since start, then each as it

@@ -121,7 +121,7 @@ impl ControllerArgs {
 
 /// Runs the controller until SIGTERM/SIGINT.
 pub fn run(args: ControllerArgs) -> Result<()> {
-    // One malloc arena, trimmed after each pass (node::memory): a pass
+    // One malloc arena, trimmed after each pass (ainic_dra_daemon::memory): a pass
     // reads every slice, node and claim, and frees them all at its end.
     ainic_dra_daemon::memory::tune();
     let runtime = tokio::runtime::Builder::new_multi_thread()
