@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dra_model::{Release, UnsupportedRelease};
 use k8s_openapi::apimachinery::pkg::version::Info;
+use k8s_release::{Release, UnsupportedRelease};
 use tokio::sync::{Notify, watch};
 
 use crate::Backoff;
