@@ -23,16 +23,37 @@ use std::time::Duration;
 use dra_model::fabric::FabricFile;
 use tokio::sync::watch;
 
-/// Reads and checks the file at `path`; the error names the file and,
-/// for a bad entry, its path in the file and its line.
-pub fn read(path: &Path) -> Result<FabricFile, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("failed to read fabric config {}: {e}", path.display()))?;
-    parse(&text, path)
+/// Why the fabric config file gives no valid content.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FabricConfigError {
+    /// The file could not be read.
+    #[error("failed to read fabric config {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// What reading it said.
+        reason: String,
+    },
+    /// The file is not UTF-8.
+    #[error("fabric config {path} is not UTF-8: {source}")]
+    NotUtf8 {
+        /// The file.
+        path: String,
+        /// Where the bytes stop being UTF-8.
+        source: std::str::Utf8Error,
+    },
+    /// The content is not a valid fabric config (the error names the entry
+    /// and its line).
+    #[error(transparent)]
+    Invalid(#[from] dra_model::fabric::FabricError),
 }
 
-fn parse(text: &str, path: &Path) -> Result<FabricFile, String> {
-    FabricFile::parse(text, &path.display().to_string()).map_err(|e| e.to_string())
+/// Reads and checks the file at `path`; the error names the file and,
+/// for a bad entry, its path in the file and its line.
+pub fn read(path: &Path) -> Result<FabricFile, FabricConfigError> {
+    let read = std::fs::read(path).map_err(|e| e.to_string());
+    from_bytes(&read, path)
 }
 
 /// What the agent knows of the fabric config file.
@@ -123,7 +144,8 @@ pub fn follow(
         return watch::channel(FabricConfig::NotConfigured).1;
     };
     let mut last = std::fs::read(&path).map_err(|e| e.to_string());
-    let (tx, rx) = watch::channel(FabricConfig::first(from_bytes(&last, &path)));
+    let first = from_bytes(&last, &path).map_err(|e| e.to_string());
+    let (tx, rx) = watch::channel(FabricConfig::first(first));
     tasks.spawn_critical("fabric config follower", async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -141,7 +163,7 @@ pub fn follow(
                 continue;
             }
             last = now;
-            let read = from_bytes(&last, &path);
+            let read = from_bytes(&last, &path).map_err(|e| e.to_string());
             tx.send_modify(|state| {
                 *state = std::mem::replace(state, FabricConfig::NotConfigured).next(read)
             });
@@ -151,20 +173,20 @@ pub fn follow(
 }
 
 /// The checked file from what a read returned.
-fn from_bytes(read: &Result<Vec<u8>, String>, path: &Path) -> Result<FabricFile, String> {
-    match read {
-        Ok(bytes) => match std::str::from_utf8(bytes) {
-            Ok(text) => parse(text, path),
-            Err(e) => Err(format!(
-                "fabric config {} is not UTF-8: {e}",
-                path.display()
-            )),
-        },
-        Err(e) => Err(format!(
-            "failed to read fabric config {}: {e}",
-            path.display()
-        )),
-    }
+fn from_bytes(
+    read: &Result<Vec<u8>, String>,
+    path: &Path,
+) -> Result<FabricFile, FabricConfigError> {
+    let shown = path.display().to_string();
+    let bytes = read.as_ref().map_err(|reason| FabricConfigError::Read {
+        path: shown.clone(),
+        reason: reason.clone(),
+    })?;
+    let text = std::str::from_utf8(bytes).map_err(|source| FabricConfigError::NotUtf8 {
+        path: shown.clone(),
+        source,
+    })?;
+    Ok(FabricFile::parse(text, &shown)?)
 }
 
 #[cfg(test)]
@@ -210,13 +232,13 @@ mod tests {
     fn a_missing_or_bad_file_names_itself() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fabric.yaml");
-        let err = read(&path).unwrap_err();
+        let err = read(&path).unwrap_err().to_string();
         assert!(
             err.contains("fabric.yaml") && err.contains("No such file"),
             "{err}"
         );
         std::fs::write(&path, "nodes:\n  n:\n    tenant: Bad_Tenant\n").unwrap();
-        let err = read(&path).unwrap_err();
+        let err = read(&path).unwrap_err().to_string();
         assert!(
             err.contains("fabric.yaml") && err.contains("nodes.n.tenant") && err.contains("line 3"),
             "{err}"

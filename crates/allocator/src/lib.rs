@@ -54,7 +54,7 @@ pub use crate::node::NodeFacts;
 pub use crate::placement::{Placement, place_pods};
 pub use crate::release::{Implementation, Release, Rules, UnknownRelease};
 pub use crate::request::ALLOCATION_RESULTS_MAX_SIZE;
-pub use crate::scenario::{Answer, Scenario, documents};
+pub use crate::scenario::{Answer, Scenario, ScenarioError, documents};
 
 use crate::cel::Selector;
 use crate::context::{AllocatedState, NodeContext};

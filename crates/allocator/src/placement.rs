@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::node::selector_matches;
+use crate::scenario::ScenarioError;
 use crate::scenario::{claim_from_template, with_allocations};
 use crate::taints::Fields;
 use crate::{AllocateError, Allocator, Features, InputError, NodeFacts, Scenario};
@@ -47,11 +48,14 @@ enum Need {
 
 /// Places the scenario's pods in input order; `Err` is invalid input (a
 /// claim or template a pod names is missing, a class unknown, …).
-pub fn place_pods(scenario: &Scenario, features: Features) -> Result<Vec<Placement>, String> {
+pub fn place_pods(
+    scenario: &Scenario,
+    features: Features,
+) -> Result<Vec<Placement>, ScenarioError> {
     let mut nodes: Vec<Candidate> = scenario.nodes.iter().map(Candidate::of).collect();
     nodes.sort_by(|a, b| a.facts.name.cmp(&b.facts.name));
     if nodes.is_empty() {
-        return Err("placing pods needs the Node objects to place them on".into());
+        return Err(ScenarioError::NoNodes);
     }
     let slices = scenario.visible_slices(features);
     let mut held = scenario.held.clone();
@@ -63,11 +67,13 @@ pub fn place_pods(scenario: &Scenario, features: Features) -> Result<Vec<Placeme
     let mut placements = Vec::new();
     for pod in &scenario.pods {
         let label = pod_label(pod);
-        let needs =
-            needs(scenario, pod, &held, &shared).map_err(|e| format!("pod {label}: {e}"))?;
+        let needs = needs(scenario, pod, &held, &shared).map_err(|reason| ScenarioError::Pod {
+            pod: label.clone(),
+            reason,
+        })?;
         let allocator = Allocator::new(features, &slices, &scenario.classes, &held)
-            .map_err(|e| format!("invalid input: {e}"))?;
-        let outcome = place(&allocator, pod, &nodes, &needs)?;
+            .map_err(|e| ScenarioError::Input(e.to_string()))?;
+        let outcome = place(&allocator, pod, &nodes, &needs).map_err(ScenarioError::Input)?;
         if let Ok((_, claims)) = &outcome {
             for (need, claim) in needs.iter().zip(claims) {
                 if let Need::Pending(_) = need {
@@ -137,7 +143,7 @@ fn place(
                     node.name
                 )));
             }
-            Err(AllocateError::Input(e)) => return Err(format!("invalid input: {e}")),
+            Err(AllocateError::Input(e)) => return Err(e.to_string()),
             Err(AllocateError::Unsatisfiable(f)) => {
                 reasons.push(format!("node {}: {}", node.name, f.explanation));
             }

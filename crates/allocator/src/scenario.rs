@@ -18,18 +18,67 @@ use serde_json::Value;
 
 use crate::{AllocateError, Allocator, Features, NodeFacts};
 
+/// Why a scenario's input could not be read or its pods placed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    /// The text is neither JSON nor YAML.
+    #[error("invalid {format}: {reason}")]
+    Syntax {
+        /// `JSON` or `YAML`.
+        format: &'static str,
+        /// What the parser said.
+        reason: String,
+    },
+    /// An object is of an unsupported kind or version, or does not parse.
+    #[error("object #{index}: {reason}")]
+    Object {
+        /// Its position in the input, from 1.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Node objects are given, but not the one asked for.
+    #[error("node {name} is not among the {count} Node objects in the input")]
+    UnknownNode {
+        /// The node asked for.
+        name: String,
+        /// How many Node objects the input has.
+        count: usize,
+    },
+    /// Pods are to be placed, but the input has no Node objects.
+    #[error("placing pods needs the Node objects to place them on")]
+    NoNodes,
+    /// A pod names a claim or template the input does not have.
+    #[error("pod {pod}: {reason}")]
+    Pod {
+        /// `namespace/name`.
+        pod: String,
+        /// What is missing.
+        reason: String,
+    },
+    /// The allocator refused the input (an unknown class, a selector that
+    /// does not compile, …).
+    #[error("invalid input: {0}")]
+    Input(String),
+}
+
 /// The objects of a JSON or multi-document YAML text, `kind: List` and
 /// JSON arrays flattened, empty documents skipped.
-pub fn documents(text: &str) -> Result<Vec<Value>, String> {
+pub fn documents(text: &str) -> Result<Vec<Value>, ScenarioError> {
+    let syntax = |format, e: &dyn std::fmt::Display| ScenarioError::Syntax {
+        format,
+        reason: e.to_string(),
+    };
     let trimmed = text.trim_start();
     let raw: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        vec![serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?]
+        vec![serde_json::from_str(text).map_err(|e| syntax("JSON", &e))?]
     } else {
         let mut docs = Vec::new();
         for doc in serde_yaml_ng::Deserializer::from_str(text) {
             let value = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc)
-                .map_err(|e| format!("invalid YAML: {e}"))?;
-            docs.push(serde_json::to_value(value).map_err(|e| format!("invalid YAML: {e}"))?);
+                .map_err(|e| syntax("YAML", &e))?;
+            docs.push(serde_json::to_value(value).map_err(|e| syntax("YAML", &e))?);
         }
         docs
     };
@@ -96,11 +145,13 @@ pub enum Answer {
 impl Scenario {
     /// Sorts `objects` by kind; an object of an unsupported kind or
     /// version, or one that does not parse, is an error naming it.
-    pub fn from_objects(objects: Vec<Value>) -> Result<Scenario, String> {
+    pub fn from_objects(objects: Vec<Value>) -> Result<Scenario, ScenarioError> {
         let mut s = Scenario::default();
         for (index, value) in objects.into_iter().enumerate() {
-            s.add(value)
-                .map_err(|e| format!("object #{}: {e}", index + 1))?;
+            s.add(value).map_err(|reason| ScenarioError::Object {
+                index: index + 1,
+                reason,
+            })?;
         }
         Ok(s)
     }
@@ -184,7 +235,7 @@ impl Scenario {
 
     /// The facts of node `name`: its Node object when given, else the name
     /// alone; an error when Nodes are given but not this one.
-    pub fn node(&self, name: &str) -> Result<NodeFacts, String> {
+    pub fn node(&self, name: &str) -> Result<NodeFacts, ScenarioError> {
         match self
             .nodes
             .iter()
@@ -192,10 +243,10 @@ impl Scenario {
         {
             Some(node) => Ok(NodeFacts::from_node(node)),
             None if self.nodes.is_empty() => Ok(NodeFacts::named(name)),
-            None => Err(format!(
-                "node {name} is not among the {} Node objects in the input",
-                self.nodes.len()
-            )),
+            None => Err(ScenarioError::UnknownNode {
+                name: name.to_string(),
+                count: self.nodes.len(),
+            }),
         }
     }
 
@@ -213,7 +264,7 @@ impl Scenario {
     pub fn solve(&self, features: Features, name: &str) -> Answer {
         let node = match self.node(name) {
             Ok(node) => node,
-            Err(e) => return Answer::Invalid(e),
+            Err(e) => return Answer::Invalid(e.to_string()),
         };
         let slices = self.visible_slices(features);
         let allocator = match Allocator::new(features, &slices, &self.classes, &self.held) {
@@ -315,20 +366,27 @@ mod tests {
         assert_eq!((s.nodes.len(), s.held.len(), s.pending.len()), (1, 1, 1));
         assert_eq!((s.pods.len(), s.templates.len(), s.claims.len()), (1, 1, 0));
         assert_eq!(s.pending[0].metadata.name.as_deref(), Some("t"));
-        assert!(s.node("m").unwrap_err().contains("not among the 1 Node"));
+        assert!(
+            s.node("m")
+                .unwrap_err()
+                .to_string()
+                .contains("not among the 1 Node")
+        );
     }
 
     #[test]
     fn a_wrong_version_or_kind_is_named() {
         let err = Scenario::from_objects(vec![json!({"apiVersion": "resource.k8s.io/v1beta1",
             "kind": "DeviceClass"})])
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("object #1: DeviceClass has apiVersion"),
             "{err}"
         );
         let err = Scenario::from_objects(vec![json!({"apiVersion": "v1", "kind": "Secret"})])
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unsupported kind Secret"), "{err}");
     }
 }

@@ -63,15 +63,20 @@ pub fn class_selectors(driver: &str, tenants: &[String]) -> Vec<(String, String)
     out
 }
 
+/// A tenant name that is not a DNS label.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tenant {0:?} is not a DNS label (1 to 63 of a-z, 0-9 and '-', starting and ending alphanumeric)"
+)]
+pub struct TenantNameError(pub String);
+
 /// Checks a tenant name: it ends class names and matches a namespace label
 /// value, so it must be a DNS label. The error says what is wrong with it.
-pub fn check_tenant(tenant: &str) -> Result<(), String> {
+pub fn check_tenant(tenant: &str) -> Result<(), TenantNameError> {
     if crate::validate::format::is_dns_label(tenant) {
         Ok(())
     } else {
-        Err(format!(
-            "tenant {tenant:?} is not a DNS label (1 to 63 of a-z, 0-9 and '-', starting and ending alphanumeric)"
-        ))
+        Err(TenantNameError(tenant.to_string()))
     }
 }
 

@@ -136,21 +136,57 @@ fn error(field: impl Into<String>, message: impl Into<String>) -> NetdevError {
     }
 }
 
+/// A text that is not an address in CIDR form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CidrError {
+    /// No `/prefix`.
+    #[error("{text:?} is not in CIDR form (address/prefix)")]
+    NotCidr {
+        /// The text given.
+        text: String,
+    },
+    /// The part before `/` is not an IPv4 or IPv6 address.
+    #[error("{text:?}: {address:?} is not an IP address")]
+    NotAnAddress {
+        /// The text given.
+        text: String,
+        /// The part before `/`.
+        address: String,
+    },
+    /// The prefix is not a number up to the address's length in bits.
+    #[error("{text:?}: the prefix must be 0 to {max}")]
+    BadPrefix {
+        /// The text given.
+        text: String,
+        /// 32 or 128.
+        max: u8,
+    },
+}
+
 /// Parses `a.b.c.d/n` or `x::y/n`.
-pub fn parse_cidr(text: &str) -> Result<Cidr, String> {
-    let (address, prefix) = text
-        .split_once('/')
-        .ok_or_else(|| format!("{text:?} is not in CIDR form (address/prefix)"))?;
-    let address: IpAddr = address
-        .parse()
-        .map_err(|_| format!("{text:?}: {address:?} is not an IP address"))?;
-    let max = if address.is_ipv4() { 32 } else { 128 };
-    let prefix: u8 = prefix
-        .parse()
-        .ok()
-        .filter(|p| *p <= max)
-        .ok_or_else(|| format!("{text:?}: the prefix must be 0 to {max}"))?;
-    Ok(Cidr { address, prefix })
+pub fn parse_cidr(text: &str) -> Result<Cidr, CidrError> {
+    let (address, prefix) = text.split_once('/').ok_or_else(|| CidrError::NotCidr {
+        text: text.to_string(),
+    })?;
+    let parsed: IpAddr = address.parse().map_err(|_| CidrError::NotAnAddress {
+        text: text.to_string(),
+        address: address.to_string(),
+    })?;
+    let max = if parsed.is_ipv4() { 32 } else { 128 };
+    let prefix: u8 =
+        prefix
+            .parse()
+            .ok()
+            .filter(|p| *p <= max)
+            .ok_or_else(|| CidrError::BadPrefix {
+                text: text.to_string(),
+                max,
+            })?;
+    Ok(Cidr {
+        address: parsed,
+        prefix,
+    })
 }
 
 /// Linux interface names: 1 to 15 bytes, no `/`, `:` or whitespace, not
@@ -229,7 +265,9 @@ impl NetdevSettings {
             None => None,
             Some(list) => Some(
                 (list.iter().enumerate())
-                    .map(|(i, a)| parse_cidr(a).map_err(|m| error(format!("addresses[{i}]"), m)))
+                    .map(|(i, a)| {
+                        parse_cidr(a).map_err(|m| error(format!("addresses[{i}]"), m.to_string()))
+                    })
                     .collect::<Result<Vec<_>, _>>()?,
             ),
         };
@@ -255,7 +293,7 @@ impl NetdevSettings {
 }
 
 fn route(r: &RouteSettings) -> Result<Route, (&'static str, String)> {
-    let destination = parse_cidr(&r.destination).map_err(|m| ("destination", m))?;
+    let destination = parse_cidr(&r.destination).map_err(|m| ("destination", m.to_string()))?;
     let gateway = match &r.gateway {
         None => None,
         Some(g) => {

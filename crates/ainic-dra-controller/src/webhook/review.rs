@@ -79,10 +79,22 @@ pub enum Verdict {
     Denied(String),
 }
 
+/// An object of a kind the webhook judges that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {kind} {name}: {source}")]
+pub struct UnreadableObject {
+    /// `ResourceClaim`, `ResourceClaimTemplate` or `DeviceClass`.
+    pub kind: String,
+    /// `namespace/name`.
+    pub name: String,
+    /// What the parser said.
+    pub source: serde_json::Error,
+}
+
 /// Parses the object of `request`; an object of the right kind that does
 /// not parse is an error naming it (the API server validated it already,
 /// so this means a version the webhook does not read).
-pub fn subject(request: &AdmissionRequest) -> Result<Subject, String> {
+pub fn subject(request: &AdmissionRequest) -> Result<Subject, UnreadableObject> {
     let Some(object) = &request.object else {
         return Ok(Subject::Other);
     };
@@ -98,7 +110,11 @@ pub fn subject(request: &AdmissionRequest) -> Result<Subject, String> {
     let namespaced = format!("{}/{name}", request.namespace);
     let spec = object.get("spec").cloned().unwrap_or(Value::Null);
     let kind = request.kind.kind.as_str();
-    let unreadable = |e: serde_json::Error| format!("cannot read {kind} {namespaced}: {e}");
+    let unreadable = |source| UnreadableObject {
+        kind: kind.to_string(),
+        name: namespaced.clone(),
+        source,
+    };
     Ok(match kind {
         _ if !ours => Subject::Other,
         "ResourceClaim" => Subject::Claim(

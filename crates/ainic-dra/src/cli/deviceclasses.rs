@@ -55,5 +55,5 @@ pub fn run(args: DeviceClassesArgs) -> Result<()> {
 }
 
 fn parse_tenant(value: &str) -> Result<String, String> {
-    deviceclass::check_tenant(value).map(|()| value.to_string())
+    (deviceclass::check_tenant(value).map(|()| value.to_string())).map_err(|e| e.to_string())
 }

@@ -138,7 +138,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             objects.extend(read_file(&file)?);
         }
     }
-    let scenario = Scenario::from_objects(objects).map_err(invalid)?;
+    let scenario = Scenario::from_objects(objects).map_err(|e| invalid(e.to_string()))?;
     let Some(node) = &args.node else {
         return place(&scenario, features, args.output);
     };
@@ -159,7 +159,8 @@ fn place(scenario: &Scenario, features: Features, format: Format) -> Result<()> 
             "no --node given and no Pods to place: name a node, or give Pods and Nodes",
         ));
     }
-    let placements = allocator::place_pods(scenario, features).map_err(invalid)?;
+    let placements =
+        allocator::place_pods(scenario, features).map_err(|e| invalid(e.to_string()))?;
     let report: Vec<PodReport> = placements.iter().map(placement_report).collect();
     print!("{}", render_values(&report, format)?);
     let pending: Vec<String> = placements

@@ -102,7 +102,9 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
 
 /// Tenants end class names and match namespace labels: a DNS label.
 fn tenant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    checked(d, crate::deviceclass::check_tenant)
+    checked(d, |t| {
+        crate::deviceclass::check_tenant(t).map_err(|e| e.to_string())
+    })
 }
 
 /// An optional string that `check` accepts. Checked inside the parser's
