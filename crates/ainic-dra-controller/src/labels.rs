@@ -30,12 +30,12 @@ use super::reconcile::Reconciler;
 const LABELS_IN_FLIGHT: usize = ainic_dra_daemon::client::API_REQUESTS_IN_FLIGHT - 1;
 
 /// The field manager of the fabric labels.
-pub fn fabric_manager(driver: &str) -> String {
+pub(crate) fn fabric_manager(driver: &str) -> String {
     format!("{driver}/fabric-labels")
 }
 
 /// The field manager of the sticky tenants' binding labels (and answers).
-pub fn tenant_manager(driver: &str) -> String {
+pub(crate) fn tenant_manager(driver: &str) -> String {
     format!("{driver}/tenant-binding")
 }
 
@@ -74,7 +74,7 @@ pub(super) async fn apply_labels(
 /// being rewritten (`incomplete`), what its last complete pool said
 /// (`known`); and the nodes of which nothing is known: they are counted
 /// nowhere and their labels are left as they are.
-pub fn remembered(
+pub(crate) fn remembered(
     mut fresh: BTreeMap<String, NodeFacts>,
     incomplete: &BTreeMap<String, (usize, i64)>,
     known: &BTreeMap<String, NodeFacts>,

@@ -29,7 +29,7 @@ use kube::api::PostParams;
 use tokio::time::Instant;
 
 /// A candidate for one Lease.
-pub struct Elector {
+pub(crate) struct Elector {
     api: Api<Lease>,
     name: String,
     identity: String,
@@ -57,7 +57,7 @@ impl Observed {
 impl Elector {
     /// Candidate `identity` for Lease `name` of `api`'s namespace, held
     /// for `duration` after each renewal.
-    pub fn new(api: Api<Lease>, name: &str, identity: &str, duration: Duration) -> Self {
+    pub(crate) fn new(api: Api<Lease>, name: &str, identity: &str, duration: Duration) -> Self {
         Self {
             api,
             name: name.to_string(),
@@ -99,7 +99,7 @@ impl Elector {
     /// Takes or renews the Lease; whether this candidate leads now.
     /// `renewTime` is written from the wall clock for people and other
     /// tools to read; no candidate here compares it with its own clock.
-    pub async fn try_lead(&self) -> Result<bool, kube::Error> {
+    pub(crate) async fn try_lead(&self) -> Result<bool, kube::Error> {
         let now = Timestamp::now();
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             let lease = Lease {
@@ -142,7 +142,7 @@ impl Elector {
 
     /// Gives the Lease up when this candidate holds it, so the next one
     /// need not wait for it to expire.
-    pub async fn release(&self) -> Result<(), kube::Error> {
+    pub(crate) async fn release(&self) -> Result<(), kube::Error> {
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             return Ok(());
         };

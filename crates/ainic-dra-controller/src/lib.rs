@@ -10,14 +10,14 @@
 //! `ainic-fabric` are then kept in one partition by the scheduler: the
 //! claim's allocation carries the slice's node selector.
 //!
-//! One replica leads ([`lease`]); the others wait. The leader renews its
+//! One replica leads (`lease`); the others wait. The leader renews its
 //! Lease every [`RENEW_EVERY`] (on a task of its own, so a long pass never
 //! delays it) and stops writing when it could not for [`RENEW_DEADLINE`]:
-//! a pass then stops where it is. It runs a pass ([`reconcile`]) when a watch sees the
+//! a pass then stops where it is. It runs a pass (`reconcile`) when a watch sees the
 //! driver's slices change or a Node come, go or change its partition label
 //! or a ResourceClaim change (at most once per [`PASS_GAP`]), and every
 //! resync. The slices come from an index the slice watch keeps
-//! ([`slice_index`]; listed again only when it cannot be trusted), the
+//! (`slice_index`; listed again only when it cannot be trusted), the
 //! Nodes' labels and the claims from lists. Each partition device says how full it is (`nodesAllocated`,
 //! from the claims allocated from it), and an unallocated claim of the
 //! partition class that no partition has room for gets a Warning Event
@@ -29,10 +29,10 @@
 //! only write). Stopping the controller leaves its slices,
 //! labels and every claim allocated from them alone.
 
-pub mod labels;
-pub mod lease;
-pub mod reconcile;
-pub mod slice_index;
+mod labels;
+mod lease;
+mod reconcile;
+mod slice_index;
 mod tenants;
 pub mod webhook;
 

@@ -32,7 +32,7 @@ use dra_model::dropped::{self, GatedField};
 
 /// What a pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Pass {
+pub(crate) struct Pass {
     /// Partitions found, with their node counts.
     pub partitions: BTreeMap<String, usize>,
     /// Node labels set or removed.
@@ -53,7 +53,7 @@ pub struct Pass {
 }
 
 /// The parts a pass works with.
-pub struct Reconciler {
+pub(crate) struct Reconciler {
     /// ResourceSlices (cluster-scoped).
     pub slices: Api<ResourceSlice>,
     /// Nodes.
@@ -90,7 +90,7 @@ pub struct Reconciler {
 /// Why a pass failed.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to {action}: {source}")]
-pub struct PassError {
+pub(crate) struct PassError {
     action: String,
     #[source]
     source: kube::Error,
@@ -141,7 +141,7 @@ fn content(slice: &ResourceSlice) -> Value {
 
 impl Reconciler {
     /// Runs one pass.
-    pub async fn pass(&mut self) -> Result<Pass, PassError> {
+    pub(crate) async fn pass(&mut self) -> Result<Pass, PassError> {
         let all = self.driver_slices().await?;
         let (mut found, mut collisions, unknown) = self.read_pools(&all);
         let claims = paged(

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use ainic_dra_daemon::follow::Seen;
 
 /// How long the index is trusted without a list.
-pub const RELIST_EVERY: Duration = Duration::from_secs(600);
+pub(crate) const RELIST_EVERY: Duration = Duration::from_secs(600);
 
 /// The fabric views of the driver's slices, by name.
 ///
@@ -43,7 +43,7 @@ pub const RELIST_EVERY: Duration = Duration::from_secs(600);
 /// they take about a tenth of that, and a pass pays about as much as
 /// reading them did when every pass listed them.
 #[derive(Debug)]
-pub struct SliceIndex {
+pub(crate) struct SliceIndex {
     driver: String,
     /// Slices by name: resourceVersion and fabric view (JSON).
     slices: BTreeMap<String, (u64, Box<str>)>,
@@ -63,7 +63,7 @@ pub struct SliceIndex {
 
 impl SliceIndex {
     /// An empty index of `driver`'s slices, not whole.
-    pub fn new(driver: &str) -> Self {
+    pub(crate) fn new(driver: &str) -> Self {
         Self {
             driver: driver.to_string(),
             slices: BTreeMap::new(),
@@ -75,7 +75,7 @@ impl SliceIndex {
     }
 
     /// Takes one thing the slice watch saw.
-    pub fn apply(&mut self, seen: Seen<ResourceSlice>) {
+    pub(crate) fn apply(&mut self, seen: Seen<ResourceSlice>) {
         let (slice, deleted) = match seen {
             Seen::Applied(slice) => (slice, false),
             Seen::Deleted(slice) => (slice, true),
@@ -115,13 +115,13 @@ impl SliceIndex {
     }
 
     /// Not whole: the next pass lists (a write found the index stale).
-    pub fn forget(&mut self) {
+    pub(crate) fn forget(&mut self) {
         self.listed = None;
     }
 
     /// Takes a slice the controller itself deleted (`slice` as it was):
     /// the watch's news of it, older or not, leave it deleted.
-    pub fn deleted_here(&mut self, slice: &ResourceSlice) {
+    pub(crate) fn deleted_here(&mut self, slice: &ResourceSlice) {
         let name = slice.metadata.name.clone().unwrap_or_default();
         let Some(version) = version(slice) else {
             return self.restart();
@@ -142,7 +142,7 @@ impl SliceIndex {
     }
 
     /// Says a list begins; what it returns goes to [`SliceIndex::replace`].
-    pub fn begin_list(&mut self) -> u64 {
+    pub(crate) fn begin_list(&mut self) -> u64 {
         self.listing = true;
         self.epoch
     }
@@ -152,7 +152,7 @@ impl SliceIndex {
     /// the watch brought that is newer than the list stays. Left not
     /// whole when the watch replayed since the list began, or had not yet
     /// opened (the list may hold what the replay no longer mentions).
-    pub fn replace(&mut self, epoch: u64, version: Option<&str>, listed: &[ResourceSlice]) {
+    pub(crate) fn replace(&mut self, epoch: u64, version: Option<&str>, listed: &[ResourceSlice]) {
         self.listing = false;
         if epoch != self.epoch || epoch == 0 {
             tracing::debug!("the slice watch (re)started during the list; the next pass lists");
@@ -185,7 +185,7 @@ impl SliceIndex {
 
     /// Every slice's fabric view, when the index is whole and was listed
     /// within [`RELIST_EVERY`]; `None`: list.
-    pub fn snapshot(&self) -> Option<Vec<ResourceSlice>> {
+    pub(crate) fn snapshot(&self) -> Option<Vec<ResourceSlice>> {
         let (_, when) = self.listed?;
         if when.elapsed() >= RELIST_EVERY {
             return None;
@@ -201,7 +201,7 @@ impl SliceIndex {
 
 /// Locks `index`; one a panic left poisoned starts again empty (not
 /// whole: the next pass lists) rather than be trusted half updated.
-pub fn lock(index: &Mutex<SliceIndex>) -> MutexGuard<'_, SliceIndex> {
+pub(crate) fn lock(index: &Mutex<SliceIndex>) -> MutexGuard<'_, SliceIndex> {
     index.lock().unwrap_or_else(|poisoned| {
         let mut guard = poisoned.into_inner();
         *guard = SliceIndex::new(&guard.driver);

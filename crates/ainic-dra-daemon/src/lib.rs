@@ -4,7 +4,7 @@
 //! where they stopped ([`follow`]), retry backoff ([`backoff`]), giving
 //! freed heap back to the kernel ([`memory`]), the API server's release
 //! ([`server_version`]), the stop signal
-//! ([`shutdown`]) and the supervisor of their long-lived tasks
+//! (`shutdown`) and the supervisor of their long-lived tasks
 //! ([`supervise`]). Nothing here knows about NICs.
 
 pub mod backoff;
@@ -12,7 +12,7 @@ pub mod client;
 pub mod follow;
 pub mod memory;
 pub mod server_version;
-pub mod shutdown;
+mod shutdown;
 pub mod supervise;
 
 pub use backoff::{Backoff, Sleeper, TokioSleeper};

@@ -83,7 +83,12 @@ fn cluster(world: &World, labels: &NodeLabels) -> Result<Vec<Value>> {
 type NodeLabels = BTreeMap<String, BTreeMap<&'static str, String>>;
 
 /// Runs the story; errors when a job does not land as it should.
-pub fn run(story: &Story, world: &World, features: Features, placed: &mut Placed) -> Result<()> {
+pub(crate) fn run(
+    story: &Story,
+    world: &World,
+    features: Features,
+    placed: &mut Placed,
+) -> Result<()> {
     story.step("Jobs that name no partition: each job's pods share one claim of class ainic-fabric for 2 nodes (examples/fabric-job/job.yaml), placed pod after pod as `ainic-dra simulate` does:");
     let agents: Vec<ResourceSlice> = world.api.list();
     let found = partitions::partitions(&agents, DRIVER);

@@ -11,7 +11,7 @@ use serde_json::Value;
 use testkit::kubelet::{ClaimRef, DraPluginClient, KubeletSim};
 
 /// One prepared device as the kubelet got it back.
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// DRA device name.
     pub device: String,
     /// CDI device IDs the runtime is told to inject.
@@ -19,14 +19,14 @@ pub struct Prepared {
 }
 
 /// Registers the plugin found in `registry`, as the kubelet's plugin watcher does.
-pub async fn register(registry: &Path, driver: &str) -> Result<DraPluginClient> {
+pub(crate) async fn register(registry: &Path, driver: &str) -> Result<DraPluginClient> {
     KubeletSim::register_driver(registry, driver)
         .await
         .with_context(|| format!("the plugin in {} did not register", registry.display()))
 }
 
 /// Prepares `claims`; every claim must succeed. Keyed by claim UID.
-pub async fn prepare(
+pub(crate) async fn prepare(
     plugin: &DraPluginClient,
     claims: &[ClaimRef],
 ) -> Result<BTreeMap<String, Vec<Prepared>>> {
@@ -53,7 +53,7 @@ pub async fn prepare(
 }
 
 /// Unprepares `claims`; every claim must succeed.
-pub async fn unprepare(plugin: &DraPluginClient, claims: &[ClaimRef]) -> Result<()> {
+pub(crate) async fn unprepare(plugin: &DraPluginClient, claims: &[ClaimRef]) -> Result<()> {
     let response = plugin.unprepare_v1(claims).await?;
     for claim in claims {
         match response.claims.get(&claim.uid) {
@@ -68,7 +68,7 @@ pub async fn unprepare(plugin: &DraPluginClient, claims: &[ClaimRef]) -> Result<
 /// What a container gets from some CDI devices: device nodes and
 /// environment, from the spec's claim-wide edits and each device's.
 #[derive(Default)]
-pub struct ContainerEdits {
+pub(crate) struct ContainerEdits {
     /// `path (major:minor)` of each device node.
     pub device_nodes: Vec<String>,
     /// `NAME=value`.
@@ -79,7 +79,7 @@ pub struct ContainerEdits {
 
 /// Reads the CDI spec files in `cdi_dir` and collects the edits for
 /// `cdi_ids` (`amd.com/ainic=<name>`), as a runtime would.
-pub fn container_edits(cdi_dir: &Path, cdi_ids: &[String]) -> Result<ContainerEdits> {
+pub(crate) fn container_edits(cdi_dir: &Path, cdi_ids: &[String]) -> Result<ContainerEdits> {
     let mut edits = ContainerEdits::default();
     for entry in std::fs::read_dir(cdi_dir)? {
         let path = entry?.path();
@@ -135,14 +135,14 @@ fn add(edits: &mut ContainerEdits, container_edits: &Value) {
 }
 
 /// Names of the claim specs in a CDI dir (`ainic.amd.com-<uid>.json`).
-pub fn claim_specs(cdi_dir: &Path) -> Vec<String> {
+pub(crate) fn claim_specs(cdi_dir: &Path) -> Vec<String> {
     let mut names = spec_files(cdi_dir);
     names.retain(|n| n.starts_with("ainic.amd.com-"));
     names
 }
 
 /// Names of the files in a CDI dir (empty when it does not exist).
-pub fn spec_files(cdi_dir: &Path) -> Vec<String> {
+pub(crate) fn spec_files(cdi_dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(cdi_dir)
         .into_iter()
         .flatten()

@@ -27,7 +27,7 @@ fn claims_of(placed: &Placed, node: &str) -> Vec<ClaimRef> {
 }
 
 /// Prepares every placed claim on its node and shows two containers' view.
-pub async fn prepare_all(
+pub(crate) async fn prepare_all(
     story: &Story,
     world: &World,
     plugins: &[(String, &DraPluginClient)],
@@ -119,7 +119,7 @@ fn snapshot(base: &Path, node: &str, cdi_dir: &Path) -> Result<()> {
 }
 
 /// Unprepares every placed claim; the CDI dirs must end up empty.
-pub async fn unprepare_all(
+pub(crate) async fn unprepare_all(
     story: &Story,
     world: &World,
     plugins: &[(String, &DraPluginClient)],

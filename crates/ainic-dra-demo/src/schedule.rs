@@ -18,22 +18,22 @@ use testkit::apiserver::ApiServer;
 use testkit::kubelet::ClaimRef;
 
 /// The namespace of the demo's claims.
-pub const NAMESPACE: &str = "demo";
+pub(crate) const NAMESPACE: &str = "demo";
 
 /// Example files, compiled in so the demo runs from any directory.
-pub mod examples {
+pub(crate) mod examples {
     /// GPU + NIC on one PCIe switch.
-    pub const SAME_SWITCH: &str = include_str!("../../../examples/gpu-nic-same-switch.yaml");
+    pub(crate) const SAME_SWITCH: &str = include_str!("../../../examples/gpu-nic-same-switch.yaml");
     /// A 100 Gb/s share of a shared PF.
-    pub const SHARED: &str = include_str!("../../../examples/shared-nic.yaml");
+    pub(crate) const SHARED: &str = include_str!("../../../examples/shared-nic.yaml");
     /// A NIC on rail 0 of fabric partition pod-a.
-    pub const FABRIC: &str = include_str!("../../../examples/fabric-partition.yaml");
+    pub(crate) const FABRIC: &str = include_str!("../../../examples/fabric-partition.yaml");
     /// At least 200 Gb/s, NUMA-attached, not behind leaf-13.
-    pub const MIN_BANDWIDTH: &str = include_str!("../../../examples/min-bandwidth.yaml");
+    pub(crate) const MIN_BANDWIDTH: &str = include_str!("../../../examples/min-bandwidth.yaml");
 }
 
 /// A claim named `name` from the first ResourceClaim(Template) of `yaml`.
-pub fn claim_from_example(yaml: &str, name: &str) -> Result<ResourceClaim> {
+pub(crate) fn claim_from_example(yaml: &str, name: &str) -> Result<ResourceClaim> {
     for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
         let value = Value::deserialize(doc)?;
         let spec = match value["kind"].as_str() {
@@ -59,7 +59,7 @@ pub fn claim_from_example(yaml: &str, name: &str) -> Result<ResourceClaim> {
 }
 
 /// Where a pod's claims went.
-pub enum Placement {
+pub(crate) enum Placement {
     /// Allocated on `node`; the claims as stored (with UIDs).
     Placed {
         /// The node.
@@ -72,14 +72,14 @@ pub enum Placement {
 }
 
 /// The cluster as the scheduler sees it.
-pub struct Scheduler<'a> {
+pub(crate) struct Scheduler<'a> {
     api: &'a ApiServer,
     features: Features,
 }
 
 impl<'a> Scheduler<'a> {
     /// A scheduler with the cluster's feature gates.
-    pub fn new(api: &'a ApiServer, gates: &str) -> Result<Scheduler<'a>> {
+    pub(crate) fn new(api: &'a ApiServer, gates: &str) -> Result<Scheduler<'a>> {
         let gates: FeatureGates = gates.parse()?;
         let mut features = Features::default();
         for gate in dra_model::FeatureGate::ALL {
@@ -89,18 +89,18 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The cluster's feature gates, as the allocator takes them.
-    pub fn features(&self) -> Features {
+    pub(crate) fn features(&self) -> Features {
         self.features
     }
 
     /// Every ResourceSlice in the API (all drivers).
-    pub fn slices(&self) -> Vec<ResourceSlice> {
+    pub(crate) fn slices(&self) -> Vec<ResourceSlice> {
         self.api.list()
     }
 
     /// Places one pod's `claims`: the first of `nodes` where all of them
     /// can be allocated together.
-    pub fn place(&self, claims: &[ResourceClaim], nodes: &[&str]) -> Result<Placement> {
+    pub(crate) fn place(&self, claims: &[ResourceClaim], nodes: &[&str]) -> Result<Placement> {
         let slices: Vec<ResourceSlice> = self.api.list();
         let classes: Vec<DeviceClass> = self.api.list();
         let mut held: Vec<ResourceClaim> = self.api.list();
@@ -139,12 +139,12 @@ impl<'a> Scheduler<'a> {
 }
 
 /// The allocation results of a stored claim.
-pub fn results(claim: &ResourceClaim) -> Vec<DeviceRequestAllocationResult> {
+pub(crate) fn results(claim: &ResourceClaim) -> Vec<DeviceRequestAllocationResult> {
     dra_model::claim::allocation_results(claim).to_vec()
 }
 
 /// The device allocated for `request` from `driver`.
-pub fn device_for(claim: &ResourceClaim, request: &str, driver: &str) -> Option<String> {
+pub(crate) fn device_for(claim: &ResourceClaim, request: &str, driver: &str) -> Option<String> {
     results(claim)
         .into_iter()
         .find(|r| r.request == request && r.driver == driver)
@@ -152,7 +152,7 @@ pub fn device_for(claim: &ResourceClaim, request: &str, driver: &str) -> Option<
 }
 
 /// How the kubelet names a stored claim.
-pub fn claim_ref(claim: &ResourceClaim) -> ClaimRef {
+pub(crate) fn claim_ref(claim: &ResourceClaim) -> ClaimRef {
     ClaimRef::new(
         claim.metadata.namespace.as_deref().unwrap_or_default(),
         claim.metadata.name.as_deref().unwrap_or_default(),

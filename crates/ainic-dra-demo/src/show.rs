@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::time::Instant;
 
 /// The demo's narrator.
-pub struct Story {
+pub(crate) struct Story {
     color: bool,
     started: Instant,
     chapter: usize,
@@ -20,7 +20,7 @@ const RESET: &str = "\x1b[0m";
 
 impl Story {
     /// A narrator for stdout.
-    pub fn new() -> Story {
+    pub(crate) fn new() -> Story {
         let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
         Story {
             color,
@@ -38,7 +38,7 @@ impl Story {
     }
 
     /// Starts the next numbered chapter.
-    pub fn chapter(&mut self, title: &str) {
+    pub(crate) fn chapter(&mut self, title: &str) {
         self.chapter += 1;
         println!();
         println!(
@@ -48,29 +48,29 @@ impl Story {
     }
 
     /// A progress line.
-    pub fn step(&self, text: &str) {
+    pub(crate) fn step(&self, text: &str) {
         println!("   {} {text}", self.paint(CYAN, "-"));
     }
 
     /// Something that worked as it should.
-    pub fn ok(&self, text: &str) {
+    pub(crate) fn ok(&self, text: &str) {
         println!("   {} {text}", self.paint(GREEN, "ok"));
     }
 
     /// Something refused, as it should be.
-    pub fn refused(&self, text: &str) {
+    pub(crate) fn refused(&self, text: &str) {
         println!("   {} {text}", self.paint(YELLOW, "no"));
     }
 
     /// A quieter remark.
-    pub fn note(&self, text: &str) {
+    pub(crate) fn note(&self, text: &str) {
         for line in text.lines() {
             println!("     {}", self.paint(DIM, line));
         }
     }
 
     /// A table with a header row, columns left-aligned.
-    pub fn table(&self, header: &[&str], rows: &[Vec<String>]) {
+    pub(crate) fn table(&self, header: &[&str], rows: &[Vec<String>]) {
         let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
         for row in rows {
             for (i, cell) in row.iter().enumerate() {
@@ -94,7 +94,7 @@ impl Story {
     }
 
     /// Seconds since the story began.
-    pub fn elapsed(&self) -> f64 {
+    pub(crate) fn elapsed(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
     }
 }

@@ -13,21 +13,21 @@ use super::show::Story;
 use super::world::{self, DRIVER, GPU_DRIVER, World};
 
 /// Every claim the use cases placed, with its node.
-pub struct Placed {
+pub(crate) struct Placed {
     /// `(node, stored claim)` in the order they were placed.
     pub claims: Vec<(String, ResourceClaim)>,
 }
 
 impl Placed {
     /// Records `claims` as placed on `node`.
-    pub fn add(&mut self, node: &str, claims: Vec<ResourceClaim>) {
+    pub(crate) fn add(&mut self, node: &str, claims: Vec<ResourceClaim>) {
         self.claims
             .extend(claims.into_iter().map(|c| (node.to_string(), c)));
     }
 }
 
 /// Runs every use case; errors when one does not turn out as it should.
-pub fn run_all(story: &Story, world: &World, slices: &[ResourceSlice]) -> Result<Placed> {
+pub(crate) fn run_all(story: &Story, world: &World, slices: &[ResourceSlice]) -> Result<Placed> {
     let scheduler = Scheduler::new(&world.api, world::GATES)?;
     let mut placed = Placed { claims: Vec::new() };
     fabric_job(story, &scheduler, slices, &mut placed)?;

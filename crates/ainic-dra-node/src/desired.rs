@@ -27,15 +27,15 @@ use super::node_events::{EventType, NodeEvents, post_soon};
 use ainic_dra_daemon::follow::{Lifetime, Seen, watch_for};
 
 /// Event reason: the fabric config file is invalid.
-pub const FABRIC_INVALID: &str = "FabricConfigInvalid";
+pub(crate) const FABRIC_INVALID: &str = "FabricConfigInvalid";
 /// Event reason: the node's labels (with the flags) give no valid model.
-pub const MODEL_INVALID: &str = "DeviceModelInvalid";
+pub(crate) const MODEL_INVALID: &str = "DeviceModelInvalid";
 /// Event reason: the devices published are as configured again.
-pub const CONFIG_VALID: &str = "ConfigValid";
+pub(crate) const CONFIG_VALID: &str = "ConfigValid";
 
 /// Builds the device model from the node's labels and the fabric config
 /// file in force (`None`: no file configured).
-pub type Rebuild = Arc<
+pub(crate) type Rebuild = Arc<
     dyn Fn(BTreeMap<String, String>, Option<&FabricFile>) -> anyhow::Result<ModelConfig>
         + Send
         + Sync,
@@ -43,7 +43,7 @@ pub type Rebuild = Arc<
 
 /// What the publisher publishes.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Desired {
+pub(crate) enum Desired {
     /// The devices of this model (boxed: the other variant is empty).
     Model(Box<ModelConfig>),
     /// No device: their tenant fencing is not known.
@@ -52,7 +52,7 @@ pub enum Desired {
 
 /// Why the devices published are less than configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// The Event reason ([`FABRIC_INVALID`], [`MODEL_INVALID`]).
     pub reason: &'static str,
     /// One line: what is wrong (the file, entry and line) and what the
@@ -62,7 +62,7 @@ pub struct Problem {
 
 /// What to publish with `fabric`, `build` making the model from the file
 /// in force, and what is wrong if anything.
-pub fn decide(
+pub(crate) fn decide(
     fabric: &FabricConfig,
     build: impl FnOnce(Option<&FabricFile>) -> anyhow::Result<ModelConfig>,
 ) -> (Desired, Option<Problem>) {
@@ -103,7 +103,7 @@ pub fn decide(
 /// Metrics of what is published against what is configured (prefixed
 /// `ainic_dra_` in the agent's registry).
 #[derive(Clone, Debug, Default)]
-pub struct ConfigMetrics {
+pub(crate) struct ConfigMetrics {
     fabric_valid: Gauge,
     fabric_errors: Counter,
     withheld: Gauge,
@@ -111,7 +111,7 @@ pub struct ConfigMetrics {
 
 impl ConfigMetrics {
     /// Adds the metrics to `registry`.
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "fabric_config_valid",
             "1 when the fabric config file read and validated at its last read (or none is configured); 0 while its content is invalid and ignored",
@@ -132,7 +132,7 @@ impl ConfigMetrics {
 
 /// Says, once per change, when the devices published are less than
 /// configured: log, metrics, Event on the Node, readiness.
-pub struct Reporter {
+pub(crate) struct Reporter {
     /// The metrics it keeps.
     pub metrics: ConfigMetrics,
     /// `/readyz`'s reason to be not ready.
@@ -146,7 +146,7 @@ pub struct Reporter {
 
 impl Reporter {
     /// A reporter that has reported nothing yet.
-    pub fn new(
+    pub(crate) fn new(
         metrics: ConfigMetrics,
         readiness: watch::Sender<Option<String>>,
         events: Arc<dyn NodeEvents>,
@@ -161,7 +161,12 @@ impl Reporter {
     }
 
     /// Reports the outcome of one [`decide`].
-    pub fn report(&mut self, fabric: &FabricConfig, desired: &Desired, problem: Option<Problem>) {
+    pub(crate) fn report(
+        &mut self,
+        fabric: &FabricConfig,
+        desired: &Desired,
+        problem: Option<Problem>,
+    ) {
         let fabric_error = fabric.error().map(str::to_string);
         self.metrics
             .fabric_valid
@@ -196,7 +201,7 @@ impl Reporter {
 }
 
 /// What [`follow`] follows.
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// This node's name.
     pub node: String,
     /// Its labels as last read.
@@ -212,7 +217,7 @@ pub struct Inputs {
 /// Follows the node's labels (a watch of the Node) and the fabric config;
 /// on each change decides again, reports, and nudges the publisher when
 /// what to publish changed. Starts from `first`.
-pub fn follow(
+pub(crate) fn follow(
     client: &kube::Client,
     mut inputs: Inputs,
     first: Desired,

@@ -4,11 +4,11 @@
 //!   v1/v1beta1 and `DRAResourceHealth` v1/v1alpha1 on the plugin socket;
 //! - the CDI specs and checkpoint of prepared claims ([`cdi`], [`checkpoint`]);
 //! - the refresh loop feeding health (link state and the NICs' hardware
-//!   error counters) and the inventory ([`health`]);
-//! - `/healthz`, `/readyz`, `/metrics` ([`http`]);
+//!   error counters) and the inventory (`health`);
+//! - `/healthz`, `/readyz`, `/metrics` (`http`);
 //! - the ResourceSlice publisher ([`publisher`]), nudged by watches of
 //!   its own slices and the node's labels ([`ainic_dra_daemon::follow`]), publishing what
-//!   [`desired`] decides from the labels and the fabric config file
+//!   `desired` decides from the labels and the fabric config file
 //!   ([`fabric_config`]), and nothing while tenant fencing is unknown.
 //!
 //! Start-up in two phases. [`serve`]: discover the devices and answer the
@@ -24,25 +24,25 @@ pub mod agent;
 pub mod cdi;
 pub mod checkpoint;
 pub mod classic;
-pub mod desired;
+pub(crate) mod desired;
 pub mod fabric_config;
 pub mod faults;
 #[cfg(test)]
 pub mod fixtures;
-pub mod health;
-pub mod http;
+pub(crate) mod health;
+pub(crate) mod http;
 pub mod limits;
-pub mod metadata;
+pub(crate) mod metadata;
 pub mod netdev;
-pub mod node_events;
+pub(crate) mod node_events;
 pub mod plugin;
 pub mod publisher;
 pub mod rdma_netns;
 pub mod sandbox;
 mod state;
-pub mod state_lock;
-pub mod uevents;
-pub mod uninstall;
+pub(crate) mod state_lock;
+pub(crate) mod uevents;
+pub(crate) mod uninstall;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -101,13 +101,13 @@ pub struct NodeConfig {
     pub full_rescan_every: Duration,
     /// Time between orphan sweeps ([`plugin::sweep`]); `None` for none.
     pub sweep_every: Option<Duration>,
-    /// Write device metadata for containers ([`metadata`]).
+    /// Write device metadata for containers (`metadata`).
     pub device_metadata: bool,
     /// The NRI plugin of exclusive netdev mode ([`sandbox`]); `None` runs
     /// none (claims in that mode are refused).
     pub nri: Option<NriConfig>,
     /// Health from the NICs' hardware error counters, read every refresh
-    /// interval ([`health::counters`]); `None` reads none.
+    /// interval (`health::counters`); `None` reads none.
     pub counter_health: Option<HealthPolicy>,
 }
 

@@ -3,7 +3,7 @@
 //! against 1048576): the agent raises its soft limit to the hard one at
 //! start, so sockets, watches and checkpoint writes are not the first to
 //! run out; the HTTP endpoint sizes its connection cap from what it got
-//! ([`crate::http::server::Limits::for_nofile`]).
+//! (`crate::http::server::Limits::for_nofile`).
 
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 

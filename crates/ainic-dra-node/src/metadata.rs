@@ -49,12 +49,12 @@ use crate::cdi::dir::CdiDir;
 use crate::checkpoint::Checkpoint;
 
 /// Where the files appear inside a container.
-pub const CONTAINER_ROOT: &str = "/var/run/kubernetes.io/dra-device-attributes";
+pub(crate) const CONTAINER_ROOT: &str = "/var/run/kubernetes.io/dra-device-attributes";
 /// The annotation of a claim made from a pod's claim template: the pod's
 /// name for the claim.
-pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
+pub(crate) const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
 /// API versions written, newest first.
-pub const API_VERSIONS: [&str; 2] = [
+pub(crate) const API_VERSIONS: [&str; 2] = [
     "metadata.resource.k8s.io/v1beta1",
     "metadata.resource.k8s.io/v1alpha1",
 ];
@@ -191,7 +191,7 @@ fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Meta
 }
 
 /// The file's JSON stream for one request.
-pub fn document(driver: &str, claim: &ClaimMeta, request: &RequestMeta) -> String {
+pub(crate) fn document(driver: &str, claim: &ClaimMeta, request: &RequestMeta) -> String {
     let devices: Vec<Value> = request
         .devices
         .iter()
@@ -252,7 +252,7 @@ fn documents_of(text: &str, uid: &str, request: &str) -> bool {
 }
 
 /// Where the file of `request` appears in the container.
-pub fn container_path(driver: &str, claim: &ClaimMeta, request: &str) -> String {
+pub(crate) fn container_path(driver: &str, claim: &ClaimMeta, request: &str) -> String {
     match claim.pod_claim_name.as_ref().filter(|n| !n.is_empty()) {
         Some(pod_name) => format!(
             "{CONTAINER_ROOT}/resourceclaimtemplates/{pod_name}/{request}/{driver}-metadata.json"
@@ -265,7 +265,7 @@ pub fn container_path(driver: &str, claim: &ClaimMeta, request: &str) -> String 
 }
 
 /// The CDI spec file name of `request` of claim `uid`.
-pub fn spec_file(driver: &str, uid: &str, request: &str) -> String {
+pub(crate) fn spec_file(driver: &str, uid: &str, request: &str) -> String {
     format!("{driver}_metadata_{uid}_{request}.json")
 }
 

@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 
 /// Namespace of the Events about the (cluster-scoped) Node.
-pub const NAMESPACE: &str = "default";
+pub(crate) const NAMESPACE: &str = "default";
 
 /// The API limit on an Event's note, in bytes.
 const NOTE_LIMIT: usize = 1024;
@@ -33,7 +33,7 @@ pub enum EventType {
 }
 
 /// Where the agent's Events about its Node go. Tests use a recorder.
-pub trait NodeEvents: Send + Sync {
+pub(crate) trait NodeEvents: Send + Sync {
     /// Posts one Event; `reason` is UpperCamelCase, `note` a sentence.
     fn post(
         &self,
@@ -44,7 +44,7 @@ pub trait NodeEvents: Send + Sync {
 }
 
 /// Posts through the API server.
-pub struct KubeNodeEvents {
+pub(crate) struct KubeNodeEvents {
     api: Api<Event>,
     regarding: ObjectReference,
     controller: String,
@@ -54,7 +54,7 @@ pub struct KubeNodeEvents {
 
 impl KubeNodeEvents {
     /// Events about `node`, reported by `driver`'s node agent.
-    pub fn new(client: &kube::Client, node: &Node, driver: &str) -> Self {
+    pub(crate) fn new(client: &kube::Client, node: &Node, driver: &str) -> Self {
         let name = node.metadata.name.clone().unwrap_or_default();
         KubeNodeEvents {
             api: Api::namespaced(client.clone(), NAMESPACE),
@@ -73,7 +73,7 @@ impl KubeNodeEvents {
 
     /// The same, for Events of another action (default
     /// `PublishResourceSlices`), e.g. `AssessNicHealth`.
-    pub fn with_action(mut self, action: &'static str) -> Self {
+    pub(crate) fn with_action(mut self, action: &'static str) -> Self {
         self.action = action;
         self
     }
@@ -127,7 +127,7 @@ fn truncated(note: &str) -> String {
 }
 
 /// Posts on a task of its own, trying a few times with backoff.
-pub fn post_soon(
+pub(crate) fn post_soon(
     events: std::sync::Arc<dyn NodeEvents>,
     kind: EventType,
     reason: &'static str,

@@ -22,27 +22,27 @@ use std::time::Duration;
 use rustix::fs::{FlockOperation, flock};
 
 /// The lock file's name inside the state directory.
-pub const FILE_NAME: &str = "agent.lock";
+pub(crate) const FILE_NAME: &str = "agent.lock";
 /// The longest pause between tries while waiting.
 const POLL_MAX: Duration = Duration::from_millis(500);
 
 /// The held lock; released when dropped (or when the process ends).
 #[derive(Debug)]
-pub struct StateLock {
+pub(crate) struct StateLock {
     _file: File,
     path: PathBuf,
 }
 
 impl StateLock {
     /// The lock file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }
 
 /// Why the state directory could not be locked.
 #[derive(Debug, thiserror::Error)]
-pub enum LockError {
+pub(crate) enum LockError {
     /// Another agent holds the lock.
     #[error(
         "state directory {dir} is in use by another ainic-dra node agent ({holder}){waited}: two agents on one node would overwrite each other's checkpoint and kubelet sockets; stop the other one, or give this one its own --state-dir"
@@ -77,7 +77,7 @@ enum Tried {
 
 /// Locks `dir` (creating it), trying again until `wait` has passed while
 /// another agent holds it.
-pub async fn acquire(dir: &Path, wait: Duration) -> Result<StateLock, LockError> {
+pub(crate) async fn acquire(dir: &Path, wait: Duration) -> Result<StateLock, LockError> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut pause = Duration::from_millis(10);
     let mut announced = false;

@@ -29,7 +29,7 @@ const SUBSYSTEMS: [&str; 5] = [
 
 /// Whether a uevent (`ACTION@DEVPATH\0KEY=VALUE\0…`) concerns a device
 /// the inventory holds.
-pub fn relevant(message: &[u8]) -> bool {
+pub(crate) fn relevant(message: &[u8]) -> bool {
     let mut fields = message.split(|b| *b == 0);
     let Some(header) = fields.next() else {
         return false;
@@ -53,7 +53,7 @@ fn lost_some(error: &io::Error) -> bool {
 /// Listens to the kernel's uevents; the receiver gets a message after
 /// each relevant one (coalesced while unread). The thread ends when the
 /// receiver is dropped and the next uevent comes.
-pub fn subscribe() -> io::Result<mpsc::Receiver<()>> {
+pub(crate) fn subscribe() -> io::Result<mpsc::Receiver<()>> {
     let mut socket = netlink_sys::Socket::new(NETLINK_KOBJECT_UEVENT)?;
     socket.bind(&netlink_sys::SocketAddr::new(0, KERNEL_GROUP))?;
     let (tx, rx) = mpsc::channel(1);

@@ -22,7 +22,7 @@ use ainic_dra_daemon::follow::{self, Seen};
 
 /// What [`remove_node_state`] did.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Removed {
+pub(crate) enum Removed {
     /// These files are gone.
     Files(Vec<PathBuf>),
     /// Nothing: this many claims are still prepared on the node.
@@ -31,7 +31,7 @@ pub enum Removed {
 
 /// Where the agent keeps files on its node.
 #[derive(Clone, Debug)]
-pub struct NodePaths {
+pub(crate) struct NodePaths {
     /// `--state-dir`: every file in it is ours.
     pub state: PathBuf,
     /// `--cdi-dir`: the files named after the driver, and the classic spec.
@@ -52,7 +52,7 @@ pub struct NodePaths {
 /// named after the driver and the classic spec, and the sockets of every
 /// agent instance (a killed one leaves its own). The directories stay:
 /// they are the pod's mount points.
-pub fn remove_node_state(paths: &NodePaths) -> std::io::Result<Removed> {
+pub(crate) fn remove_node_state(paths: &NodePaths) -> std::io::Result<Removed> {
     let prepared = checkpoint::read(&paths.state)
         .map_err(|e| std::io::Error::other(e.to_string()))?
         .claims
@@ -116,7 +116,7 @@ fn remove_in(
 /// shutdown: `helm uninstall` deletes the agent's RBAC right after the
 /// DaemonSet, and a watch already open still delivers the deletion.
 /// Each watch lasts `lifetime`.
-pub fn follow_daemonset(
+pub(crate) fn follow_daemonset(
     client: kube::Client,
     (namespace, name): &(String, String),
     lifetime: follow::Lifetime,

@@ -19,7 +19,7 @@ pub enum Stage {
 
 /// The scheduler stops before the nodes: where, and its words.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Blocked {
+pub(crate) struct Blocked {
     /// Where.
     pub stage: Stage,
     /// The scheduler's message.
@@ -30,7 +30,7 @@ pub struct Blocked {
 
 /// The pod's claims that exist: allocated (`held`) or to allocate.
 #[derive(Clone, Debug, Default)]
-pub struct PodClaims {
+pub(crate) struct PodClaims {
     /// Claims with an allocation, kept as they are.
     pub held: Vec<ResourceClaim>,
     /// Claims the scheduler must allocate with the pod.
@@ -39,7 +39,7 @@ pub struct PodClaims {
 
 /// Finds `pod`'s claims among `claims` (those of its namespace), and
 /// checks the classes of those to allocate against `classes`.
-pub fn resolve(
+pub(crate) fn resolve(
     pod: &Pod,
     claims: &[ResourceClaim],
     classes: &[DeviceClass],

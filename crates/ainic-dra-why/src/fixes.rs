@@ -55,7 +55,7 @@ pub enum Cause {
 type Edit = fn(&mut Value);
 
 /// The inputs of one node's trials.
-pub struct Trial<'a> {
+pub(crate) struct Trial<'a> {
     /// The release's gates.
     pub features: Features,
     /// Every class.
@@ -90,7 +90,7 @@ impl Trial<'_> {
     /// The first single relaxation that lets the claims fit; else the
     /// relaxations that do together, tried one more at a time in the same
     /// order; else [`Cause::NoDevice`].
-    pub fn cause(&self) -> Cause {
+    pub(crate) fn cause(&self) -> Cause {
         if self.fits(self.slices, self.own, self.pending) {
             return self.held_cause();
         }
@@ -224,7 +224,7 @@ impl Trial<'_> {
 }
 
 /// What to do about `cause`, in words.
-pub fn advice(cause: &Cause, node_count: usize) -> String {
+pub(crate) fn advice(cause: &Cause, node_count: usize) -> String {
     let nodes = if node_count == 1 {
         "this node"
     } else {
@@ -389,7 +389,7 @@ fn selectors(devices: &Value) -> Vec<String> {
 
 /// "no fabric partition has room for 3 nodes: …" when a pending claim asks
 /// `fabric_class` for more nodes than any partition has free.
-pub fn partition_hint(
+pub(crate) fn partition_hint(
     slices: &[ResourceSlice],
     claims: &[ResourceClaim],
     pending: &[ResourceClaim],
@@ -404,7 +404,7 @@ pub fn partition_hint(
 
 /// "tenant class X is not allowed in namespace N …" for each request of
 /// `specs` naming another tenant's class than the namespace's.
-pub fn tenant_hints(
+pub(crate) fn tenant_hints(
     specs: &[k8s_openapi::api::resource::v1::ResourceClaimSpec],
     classes: &[DeviceClass],
     namespace: &Namespace,

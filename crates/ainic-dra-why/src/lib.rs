@@ -5,13 +5,13 @@
 //! The scheduler's own status says `0/12 nodes are available: 12 cannot
 //! allocate all claims`. This module follows the same steps as
 //! kube-scheduler's default profile, in order — DynamicResources'
-//! PreEnqueue and PreFilter ([`claims`]), then per node NodeUnschedulable,
-//! TaintToleration, NodeAffinity ([`nodes`]) and DynamicResources' Filter
+//! PreEnqueue and PreFilter (`claims`), then per node NodeUnschedulable,
+//! TaintToleration, NodeAffinity (`nodes`) and DynamicResources' Filter
 //! with the allocator `simulate` uses — and so predicts the scheduler's
 //! message, which the report compares with the pod's `PodScheduled`
 //! condition. For each group of nodes failing alike it gives the
 //! allocator's explanation (which request, how many devices pass each
-//! filter) and what would fix it ([`fixes`]): other claims holding the
+//! filter) and what would fix it (`fixes`): other claims holding the
 //! devices, device taints, constraints, selectors, fabric partitions
 //! without room, tenant classes used outside their tenant.
 //!
@@ -20,10 +20,10 @@
 //! is reported as fitting. Pure: the command reads the objects
 //! ([`Cluster`]) and prints the [`Report`].
 
-pub mod claims;
-pub mod fixes;
+mod claims;
+mod fixes;
 mod judge;
-pub mod nodes;
+mod nodes;
 
 use allocator::Features;
 use k8s_openapi::api::core::v1::{Event, Namespace, Node, Pod};
@@ -32,8 +32,9 @@ use k8s_openapi::api::resource::v1::{
 };
 use serde::Serialize;
 
-use claims::{Blocked, Stage};
-use fixes::Cause;
+use claims::Blocked;
+pub use claims::Stage;
+pub use fixes::Cause;
 use judge::nodes_report;
 
 /// DynamicResources' Filter reason when allocation fails.

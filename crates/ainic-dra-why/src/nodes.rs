@@ -9,15 +9,15 @@ use k8s_openapi::api::core::v1::{
 };
 
 /// NodeUnschedulable's reason.
-pub const UNSCHEDULABLE: &str = "node(s) were unschedulable";
+pub(crate) const UNSCHEDULABLE: &str = "node(s) were unschedulable";
 /// TaintToleration's reason.
-pub const UNTOLERATED: &str = "node(s) had untolerated taint(s)";
+pub(crate) const UNTOLERATED: &str = "node(s) had untolerated taint(s)";
 /// NodeAffinity's reason.
-pub const AFFINITY: &str = "node(s) didn't match Pod's node affinity/selector";
+pub(crate) const AFFINITY: &str = "node(s) didn't match Pod's node affinity/selector";
 
 /// The first of these filters `node` fails for `pod`: the scheduler's
 /// reason and what exactly (the taint, the selector).
-pub fn refuses(pod: &Pod, node: &Node) -> Option<(&'static str, String)> {
+pub(crate) fn refuses(pod: &Pod, node: &Node) -> Option<(&'static str, String)> {
     let spec = pod.spec.clone().unwrap_or_default();
     let tolerations = spec.tolerations.unwrap_or_default();
     let node_spec = node.spec.clone().unwrap_or_default();
@@ -62,7 +62,7 @@ pub fn refuses(pod: &Pod, node: &Node) -> Option<(&'static str, String)> {
 }
 
 /// `key=value:Effect`.
-pub fn show_taint(taint: &Taint) -> String {
+pub(crate) fn show_taint(taint: &Taint) -> String {
     format!(
         "{}={}:{}",
         taint.key,
@@ -74,7 +74,7 @@ pub fn show_taint(taint: &Taint) -> String {
 /// Whether a toleration of `tolerations` matches `taint` (the scheduler's
 /// `ToleratesTaint`: an empty key with `Exists` matches every key, an
 /// empty effect every effect).
-pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
+pub(crate) fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| {
         let effect = t.effect.as_deref().unwrap_or("");
         if !effect.is_empty() && effect != taint.effect {
@@ -93,7 +93,7 @@ pub fn tolerated(tolerations: &[Toleration], taint: &Taint) -> bool {
 }
 
 /// Whether `node` matches one of the selector's terms (none: no match).
-pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+pub(crate) fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
     (selector.node_selector_terms.iter()).any(|term| term_matches(term, node))
 }
 

@@ -47,7 +47,7 @@ pub(crate) struct Arithmetic {
 
 impl Arithmetic {
     /// The arithmetic of `features`' release and gates.
-    pub fn of(features: &crate::Features) -> Arithmetic {
+    pub(crate) fn of(features: &crate::Features) -> Arithmetic {
         Arithmetic {
             step_format: features.rules().rounding_keeps_step_format,
             fractional: features.fractional_ranges(),

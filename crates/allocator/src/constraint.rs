@@ -135,7 +135,11 @@ impl ConstraintState {
     /// `distinct`: how the release keeps `distinctAttribute` values
     /// ([`Distinct`]). `sets`: values compare as sets
     /// (`DRAListTypeAttributes`), `Some(restored)` as [`SetRules`].
-    pub fn new(spec: ConstraintSpec, distinct: Distinct, sets: Option<bool>) -> ConstraintState {
+    pub(crate) fn new(
+        spec: ConstraintSpec,
+        distinct: Distinct,
+        sets: Option<bool>,
+    ) -> ConstraintState {
         let per_request =
             (distinct != Distinct::EveryValue && spec.distinct).then(PerRequest::default);
         ConstraintState {
@@ -152,7 +156,7 @@ impl ConstraintState {
 
     /// Whether the constraint covers devices of `base` (a request name) or
     /// `base/sub` (a subrequest).
-    pub fn applies_to(&self, base: &str, sub: Option<&str>) -> bool {
+    pub(crate) fn applies_to(&self, base: &str, sub: Option<&str>) -> bool {
         let names = &self.spec.requests;
         if names.is_empty() {
             return true;
@@ -167,7 +171,7 @@ impl ConstraintState {
 
     /// Checks a device without recording it; `id` tells devices apart
     /// (the candidate's index).
-    pub fn check(&self, id: usize, device: &DeviceInfo) -> Result<(), Rejection> {
+    pub(crate) fn check(&self, id: usize, device: &DeviceInfo) -> Result<(), Rejection> {
         let Some(value) = device.attribute(&self.spec.attribute) else {
             return Err(Rejection::MissingAttribute);
         };
@@ -249,7 +253,7 @@ impl ConstraintState {
 
     /// Records device `id` of `request` (the base request) that passed
     /// [`check`](Self::check).
-    pub fn add(&mut self, request: &str, id: usize, device: &DeviceInfo) {
+    pub(crate) fn add(&mut self, request: &str, id: usize, device: &DeviceInfo) {
         let Some(value) = device.attribute(&self.spec.attribute) else {
             return;
         };
@@ -275,7 +279,7 @@ impl ConstraintState {
 
     /// Forgets the device added last (up to 1.36 `distinctAttribute`
     /// forgets its request's value, as upstream deletes the map entry).
-    pub fn remove_last(&mut self) {
+    pub(crate) fn remove_last(&mut self) {
         let Some((request, _)) = self.values.pop() else {
             return;
         };

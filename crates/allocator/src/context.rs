@@ -100,7 +100,7 @@ pub(crate) struct Candidate<'a> {
 }
 
 impl<'a> Candidate<'a> {
-    pub fn device(&self) -> &'a DeviceInfo {
+    pub(crate) fn device(&self) -> &'a DeviceInfo {
         &self.slice.devices[self.index]
     }
 }

@@ -43,7 +43,7 @@ pub(crate) struct RequestSpec {
 
 impl RequestSpec {
     /// `req` or `req/sub`, as allocation results name it.
-    pub fn full_name(&self) -> String {
+    pub(crate) fn full_name(&self) -> String {
         match &self.parent {
             Some(parent) => format!("{parent}/{}", self.name),
             None => self.name.clone(),
@@ -51,7 +51,7 @@ impl RequestSpec {
     }
 
     /// The name constraints are matched on: the parent request's.
-    pub fn base_name(&self) -> &str {
+    pub(crate) fn base_name(&self) -> &str {
         self.parent.as_deref().unwrap_or(&self.name)
     }
 }
@@ -65,11 +65,11 @@ pub(crate) enum RequestPlan {
 
 impl RequestPlan {
     /// A `firstAvailable` list of subrequests.
-    pub fn is_prioritized(&self) -> bool {
+    pub(crate) fn is_prioritized(&self) -> bool {
         matches!(self, RequestPlan::FirstAvailable(_))
     }
 
-    pub fn alternatives(&self) -> &[RequestSpec] {
+    pub(crate) fn alternatives(&self) -> &[RequestSpec] {
         match self {
             RequestPlan::Exact(spec) => std::slice::from_ref(spec),
             RequestPlan::FirstAvailable(subs) => subs,
@@ -103,14 +103,14 @@ pub(crate) struct SelectorCache {
 
 impl SelectorCache {
     /// A cache for a release with (`lists`) or without `includes()`.
-    pub fn new(lists: bool) -> SelectorCache {
+    pub(crate) fn new(lists: bool) -> SelectorCache {
         SelectorCache {
             compiled: HashMap::new(),
             lists,
         }
     }
 
-    pub fn compile_all(
+    pub(crate) fn compile_all(
         &mut self,
         selectors: &[DeviceSelector],
         owner: &str,

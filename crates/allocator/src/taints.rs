@@ -34,7 +34,7 @@ pub(crate) fn matches(t: Fields<'_>, taint: Fields<'_>) -> bool {
 
 impl<'a> Fields<'a> {
     /// The fields as the API objects hold them (unset = empty).
-    pub fn new(
+    pub(crate) fn new(
         key: Option<&'a str>,
         operator: Option<&'a str>,
         value: Option<&'a str>,

@@ -4,7 +4,7 @@
 //!
 //! The plugin serves at once; nothing is published before the Node is
 //! read (with retries: its labels may fence NICs to a tenant), and then
-//! only what [`super::desired`] decides from the labels and the fabric
+//! only what `super::desired` decides from the labels and the fabric
 //! config file.
 
 mod wiring;
@@ -48,7 +48,7 @@ pub struct AgentConfig {
     pub kubernetes_version: Option<Release>,
     /// The DaemonSet this agent belongs to (namespace, name): when it is
     /// deleted the agent removes its node's files on exit
-    /// ([`super::uninstall`]).
+    /// (`super::uninstall`).
     pub daemonset: Option<(String, String)>,
     /// How long the agent's watches (its slices, Node and DaemonSet) last.
     pub watches: Lifetime,

@@ -25,12 +25,12 @@ use crate::http::metrics::Metrics;
 use crate::node_events::EventType;
 
 /// Event reason: a NIC's counters cross an `unhealthy` threshold.
-pub const NIC_UNHEALTHY: &str = "NicUnhealthy";
+pub(crate) const NIC_UNHEALTHY: &str = "NicUnhealthy";
 /// Event reason: a NIC's counters cross a `degraded` threshold (or it
 /// came down from unhealthy to degraded).
-pub const NIC_DEGRADED: &str = "NicDegraded";
+pub(crate) const NIC_DEGRADED: &str = "NicDegraded";
 /// Event reason: a NIC's counters crossed no threshold for the quiet period.
-pub const NIC_RECOVERED: &str = "NicRecovered";
+pub(crate) const NIC_RECOVERED: &str = "NicRecovered";
 
 /// Events waiting for the Node to be read; more are dropped (logged).
 const QUEUED_EVENTS: usize = 64;
@@ -47,7 +47,7 @@ pub struct HealthEvent {
 }
 
 /// What the rest of the agent follows of counter health.
-pub struct Followers {
+pub(crate) struct Followers {
     /// The verdicts the slices are tainted by; changes only on a transition.
     pub verdicts: watch::Receiver<Arc<Verdicts>>,
     /// The Events to post on the Node.
@@ -55,7 +55,7 @@ pub struct Followers {
 }
 
 /// The counter side of health: monitor, plan, and where results go.
-pub struct CounterHealth {
+pub(crate) struct CounterHealth {
     sysfs_root: PathBuf,
     driver: String,
     monitor: CounterMonitor,
@@ -69,7 +69,7 @@ pub struct CounterHealth {
 
 impl CounterHealth {
     /// Judges the NICs below `sysfs_root` by `policy`, for `driver`'s taints.
-    pub fn new(
+    pub(crate) fn new(
         sysfs_root: PathBuf,
         driver: &str,
         policy: HealthPolicy,
@@ -97,7 +97,7 @@ impl CounterHealth {
 
     /// Reads every counter of `inventory`'s PFs and takes the result as of
     /// `now` (a monotonic clock: the agent's time since start).
-    pub async fn poll(&mut self, inventory: &Arc<Inventory>, now: Duration) {
+    pub(crate) async fn poll(&mut self, inventory: &Arc<Inventory>, now: Duration) {
         if !self
             .planned_for
             .as_ref()
@@ -119,7 +119,7 @@ impl CounterHealth {
     }
 
     /// Every PF below healthy, and why (for the health report).
-    pub fn conditions(&self) -> BTreeMap<PciAddress, Condition> {
+    pub(crate) fn conditions(&self) -> BTreeMap<PciAddress, Condition> {
         self.monitor.conditions()
     }
 

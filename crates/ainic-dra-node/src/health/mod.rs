@@ -13,8 +13,8 @@
 //! the kubelet (it has no third state) with a message saying `degraded:`
 //! and why.
 
-pub mod counters;
-pub mod refresh;
+pub(crate) mod counters;
+pub(crate) mod refresh;
 
 use std::collections::BTreeMap;
 
@@ -31,7 +31,7 @@ use topology::{FunctionKind, Inventory, NicFunction, PciAddress};
 
 /// What the driver knows of a device's health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Health {
+pub(crate) enum Health {
     /// Link and RDMA ports up.
     Healthy,
     /// Up, but its counters cross a `degraded` threshold (HEALTHY to the
@@ -46,7 +46,7 @@ pub enum Health {
 
 /// The health of one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceState {
+pub(crate) struct DeviceState {
     /// DRA device name.
     pub device: String,
     /// Its health.
@@ -57,7 +57,7 @@ pub struct DeviceState {
 
 /// One health report: every device, and when it was computed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HealthReport {
+pub(crate) struct HealthReport {
     /// Devices in inventory order.
     pub devices: Vec<DeviceState>,
     /// Unix seconds of the refresh that produced it.
@@ -66,7 +66,7 @@ pub struct HealthReport {
 
 impl HealthReport {
     /// Counts per state: `healthy`, `degraded`, `unhealthy`, `unknown`.
-    pub fn counts(&self) -> [(&'static str, usize); 4] {
+    pub(crate) fn counts(&self) -> [(&'static str, usize); 4] {
         let count = |h| self.devices.iter().filter(|d| d.health == h).count();
         [
             ("healthy", count(Health::Healthy)),
@@ -78,11 +78,11 @@ impl HealthReport {
 }
 
 /// The PFs below healthy by their counters, and why.
-pub type CounterConditions = BTreeMap<PciAddress, Condition>;
+pub(crate) type CounterConditions = BTreeMap<PciAddress, Condition>;
 
 /// The health of every NIC function of `inventory`, its PFs' counters
 /// judged `counters`.
-pub fn assess(
+pub(crate) fn assess(
     inventory: &Inventory,
     counters: &CounterConditions,
     updated_at: i64,
@@ -175,7 +175,7 @@ fn link_state(nic: &NicFunction, inventory: &Inventory) -> (Health, String) {
 /// `v1` (GA in 1.37, which the kubelet picks when both are listed) and
 /// `v1alpha1` (the only one before 1.37). One stream of reports feeds both.
 #[derive(Clone)]
-pub struct HealthService {
+pub(crate) struct HealthService {
     pool: String,
     reports: watch::Receiver<Arc<HealthReport>>,
     timeout_seconds: i64,
@@ -184,7 +184,7 @@ pub struct HealthService {
 impl HealthService {
     /// Streams `reports` for devices of `pool`; the kubelet may treat a
     /// device as UNKNOWN after `timeout_seconds` without a report.
-    pub fn new(
+    pub(crate) fn new(
         pool: &str,
         reports: watch::Receiver<Arc<HealthReport>>,
         timeout_seconds: i64,

@@ -31,7 +31,7 @@ use crate::http::metrics::Metrics;
 use crate::publisher::{LinkEvent, next_event, settle};
 
 /// Keeps the inventory and the health report fresh.
-pub struct Refresher {
+pub(crate) struct Refresher {
     /// Root of sysfs.
     pub sysfs_root: PathBuf,
     /// What discovery looks for.
@@ -63,7 +63,7 @@ pub struct Refresher {
 
 /// What a refresh tick does besides reporting health.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TickWork {
+pub(crate) enum TickWork {
     /// Nothing: the events keep the inventory fresh.
     Nothing,
     /// The cheap recheck ([`topology::recheck`]).
@@ -74,7 +74,7 @@ pub enum TickWork {
 
 /// The safety nets' intervals and how long ago each last ran.
 #[derive(Clone, Copy, Debug)]
-pub struct Rescans {
+pub(crate) struct Rescans {
     /// Time since the last recheck or full discovery.
     pub since_check: Duration,
     /// Time since the last full discovery.
@@ -88,7 +88,7 @@ pub struct Rescans {
 /// What a tick does: rediscover without both event sources (`events`
 /// false) or once the full rescan is due, else recheck once the rescan is
 /// due.
-pub fn tick_work(events: bool, r: Rescans) -> TickWork {
+pub(crate) fn tick_work(events: bool, r: Rescans) -> TickWork {
     if !events || r.since_full >= r.full_every {
         TickWork::Rediscover
     } else if r.since_check >= r.check_every {
@@ -110,7 +110,7 @@ fn now() -> i64 {
 
 impl Refresher {
     /// Publishes the health of the current inventory.
-    pub fn report(&self) {
+    pub(crate) fn report(&self) {
         let counters = (self.counters.as_ref())
             .map(CounterHealth::conditions)
             .unwrap_or_default();
@@ -120,7 +120,7 @@ impl Refresher {
     }
 
     /// Reads the hardware counters of the current inventory's PFs.
-    pub async fn poll_counters(&mut self) {
+    pub(crate) async fn poll_counters(&mut self) {
         let Some(counters) = self.counters.as_mut() else {
             return;
         };
@@ -130,7 +130,7 @@ impl Refresher {
 
     /// One refresh: discover, replace the inventory if it changed, report.
     /// A failed discovery keeps the last inventory and logs why.
-    pub async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         let root = self.sysfs_root.clone();
         let config = self.discovery.clone();
         let began = std::time::Instant::now();
@@ -183,7 +183,7 @@ impl Refresher {
     /// The safety nets are timed by the ticks' own instants (a multiple of
     /// the interval apart), not by when the work ended, so a rescan due
     /// every 600 s with 10 s ticks runs every 600 s, not every 610 s.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let first = ticks.tick().await;

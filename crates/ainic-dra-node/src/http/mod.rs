@@ -5,8 +5,8 @@
 //! text format). What it answers is here; how it accepts and bounds
 //! connections is [`server`].
 
-pub mod metrics;
-pub mod server;
+pub(crate) mod metrics;
+pub(crate) mod server;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use metrics::Metrics;
 
 /// What the endpoint reports from.
 #[derive(Clone)]
-pub struct HttpState {
+pub(crate) struct HttpState {
     /// Metrics to expose.
     pub metrics: Arc<Metrics>,
     /// Registration with the kubelet.
@@ -42,7 +42,7 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
 }
 
 /// Answers one request.
-pub fn route(state: &HttpState, method: &Method, path: &str) -> Response<Full<Bytes>> {
+pub(crate) fn route(state: &HttpState, method: &Method, path: &str) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != Method::GET {
         return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET\n".into());
@@ -77,7 +77,7 @@ pub fn route(state: &HttpState, method: &Method, path: &str) -> Response<Full<By
 /// Binds `addr`; returns the bound address (port 0 picks one) and the
 /// serving future, bounded by [`server::Limits::for_nofile`] of this
 /// process's open-file limit.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     state: HttpState,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {

@@ -34,13 +34,13 @@ use tokio::sync::oneshot;
 use super::{HttpState, route};
 
 /// The first wait after a failed accept.
-pub const BACKOFF_FIRST: Duration = Duration::from_millis(5);
+pub(crate) const BACKOFF_FIRST: Duration = Duration::from_millis(5);
 /// The longest wait between failed accepts.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// How much the endpoint serves at once, and for how long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Connections served at once.
     pub max_connections: usize,
     /// Time allowed for a request's headers, and between requests.
@@ -52,12 +52,12 @@ pub struct Limits {
 impl Limits {
     /// The most connections ever served at once: probes and a scraper or
     /// two need a handful.
-    pub const MAX_CONNECTIONS: usize = 32;
+    pub(crate) const MAX_CONNECTIONS: usize = 32;
 
     /// Limits for a process allowed `soft` open files (`None`: no
     /// limit): at most a quarter of them for HTTP connections, so the
     /// rest stay for the kubelet's sockets, API connections and files.
-    pub fn for_nofile(soft: Option<u64>) -> Limits {
+    pub(crate) fn for_nofile(soft: Option<u64>) -> Limits {
         let quarter = soft.map_or(usize::MAX, |s| usize::try_from(s / 4).unwrap_or(usize::MAX));
         Limits {
             max_connections: quarter.clamp(2, Self::MAX_CONNECTIONS),
@@ -68,7 +68,7 @@ impl Limits {
 }
 
 /// Where connections come from: a TCP listener, or a fake in tests.
-pub trait Accept: Send + 'static {
+pub(crate) trait Accept: Send + 'static {
     /// One accepted connection.
     type Conn: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     /// The next connection, or why none could be accepted.
@@ -133,7 +133,7 @@ impl Open {
 }
 
 /// Serves `state` on connections from `acceptor` under `limits`, forever.
-pub async fn run<A: Accept>(mut acceptor: A, state: HttpState, limits: Limits) {
+pub(crate) async fn run<A: Accept>(mut acceptor: A, state: HttpState, limits: Limits) {
     let mut backoff = Backoff::default();
     let mut open = Open {
         max: limits.max_connections.max(1),

@@ -42,7 +42,7 @@ fn link_event(message: &LinkMessage, deleted: bool) -> Option<LinkEvent> {
 }
 
 /// The event a netlink payload stands for, if it is a link message.
-pub fn payload_event(payload: &NetlinkPayload<RouteNetlinkMessage>) -> Option<LinkEvent> {
+pub(super) fn payload_event(payload: &NetlinkPayload<RouteNetlinkMessage>) -> Option<LinkEvent> {
     match payload {
         NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(m)) => link_event(m, false),
         NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(m)) => link_event(m, true),

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 /// One API write, in execution order.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Write {
+pub(super) enum Write {
     /// Replace an existing slice (carries its name and resourceVersion).
     Update(ResourceSlice),
     /// Create a slice (by name, or by `generateName`).
@@ -26,7 +26,7 @@ pub enum Write {
 
 /// What a sync has to do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum SliceWrites {
+pub(super) enum SliceWrites {
     /// The API already holds the desired pool: no writes.
     Unchanged {
         /// The pool generation found.
@@ -46,11 +46,11 @@ pub enum SliceWrites {
 /// Digests rather than the content itself: the publisher remembers what it
 /// asked for and what the server stored, which as JSON text was two copies
 /// of the pool (8 MB on an 8 PF × 256 VF node) held for the agent's life.
-pub type Content = [u8; 32];
+pub(super) type Content = [u8; 32];
 
 /// The comparable content of a slice: spec (generation zeroed, taint
 /// `timeAdded` dropped), labels, and owner references without uid.
-pub fn content(slice: &ResourceSlice) -> Content {
+pub(super) fn content(slice: &ResourceSlice) -> Content {
     let mut spec = slice.spec.clone();
     spec.pool.generation = 0;
     let taints = (spec.devices.iter_mut().flatten()).flat_map(|d| d.taints.iter_mut().flatten());
@@ -83,14 +83,14 @@ impl std::io::Write for DigestWriter {
 }
 
 /// Sorted contents of a set of slices (order-independent comparison).
-pub fn contents(slices: &[ResourceSlice]) -> Vec<Content> {
+pub(super) fn contents(slices: &[ResourceSlice]) -> Vec<Content> {
     let mut all: Vec<Content> = slices.iter().map(content).collect();
     all.sort();
     all
 }
 
 /// Highest pool generation among `slices` (0 when empty).
-pub fn max_generation(slices: &[ResourceSlice]) -> i64 {
+pub(super) fn max_generation(slices: &[ResourceSlice]) -> i64 {
     slices
         .iter()
         .map(|s| s.spec.pool.generation)
@@ -99,7 +99,7 @@ pub fn max_generation(slices: &[ResourceSlice]) -> i64 {
 }
 
 /// Whether `existing` is one complete generation whose contents equal `wanted`.
-pub fn holds(existing: &[ResourceSlice], wanted: &[Content]) -> bool {
+pub(super) fn holds(existing: &[ResourceSlice], wanted: &[Content]) -> bool {
     let generation = max_generation(existing);
     existing
         .iter()
@@ -224,7 +224,7 @@ fn wanted(
 
 /// Sorted contents of the desired slices as they would be stored; one
 /// slice copied at a time.
-pub fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec<Content> {
+pub(super) fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec<Content> {
     let count = desired.len() as i64;
     let stamped = desired.iter().map(|d| stamped(d, 0, count, owner));
     let mut all: Vec<Content> = stamped.map(|s| content(&s)).collect();
@@ -234,7 +234,7 @@ pub fn wanted_contents(desired: &[ResourceSlice], owner: &OwnerReference) -> Vec
 
 /// Plans the sync of one pool. `desired` carries no owner; `owner` is the
 /// Node reference every published slice gets.
-pub fn plan(
+pub(super) fn plan(
     existing: &[ResourceSlice],
     desired: &[ResourceSlice],
     owner: &OwnerReference,

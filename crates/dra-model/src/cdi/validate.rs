@@ -19,7 +19,7 @@ pub struct CdiSpecError {
 }
 
 /// Checks `spec` as a runtime would.
-pub fn check(spec: &Spec) -> Result<(), CdiSpecError> {
+pub(super) fn check(spec: &Spec) -> Result<(), CdiSpecError> {
     let fail = |reason: String| CdiSpecError {
         kind: spec.kind.clone(),
         reason,

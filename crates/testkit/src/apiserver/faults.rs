@@ -122,12 +122,12 @@ pub(crate) struct Faults(Vec<Fault>);
 
 impl Faults {
     /// Adds a rule after the existing ones.
-    pub fn push(&mut self, fault: Fault) {
+    pub(super) fn push(&mut self, fault: Fault) {
         self.0.push(fault);
     }
 
     /// The HTTP code to fail this request with, if a rule matches (consuming one use).
-    pub fn take(&mut self, verb: Verb, resource: &str) -> Option<u16> {
+    pub(super) fn take(&mut self, verb: Verb, resource: &str) -> Option<u16> {
         let fault = self.0.iter_mut().find(|f| f.matches(verb, resource))?;
         fault.times -= 1;
         let code = fault.code;
@@ -136,7 +136,7 @@ impl Faults {
     }
 
     /// How many injected failures are still to come.
-    pub fn pending(&self) -> usize {
+    pub(super) fn pending(&self) -> usize {
         self.0.iter().map(|f| f.times).sum()
     }
 }

@@ -36,7 +36,7 @@ pub(crate) struct ResourceType {
 
 impl ResourceType {
     /// `apiVersion` as written in objects.
-    pub fn api_version(&self) -> String {
+    pub(super) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_string()
         } else {
@@ -45,7 +45,7 @@ impl ResourceType {
     }
 
     /// `plural.group` as used in API error messages (`nodes` for the core group).
-    pub fn qualified_name(&self) -> String {
+    pub(super) fn qualified_name(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_string()
         } else {
@@ -54,7 +54,7 @@ impl ResourceType {
     }
 
     /// Whether `label` may be used in a field selector for this type.
-    pub fn supports_field(&self, label: &str) -> bool {
+    pub(super) fn supports_field(&self, label: &str) -> bool {
         label == "metadata.name"
             || (self.namespaced && label == "metadata.namespace")
             || self.field_labels.contains(&label)

@@ -92,7 +92,7 @@ fn parse_label_requirement(text: &str) -> Result<LabelRequirement, String> {
 
 impl LabelSelector {
     /// Parses the `labelSelector` query value.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub(super) fn parse(text: &str) -> Result<Self, String> {
         split_top_level(text)
             .into_iter()
             .map(parse_label_requirement)
@@ -101,7 +101,7 @@ impl LabelSelector {
     }
 
     /// Whether an object (its `metadata.labels`) satisfies every requirement.
-    pub fn matches(&self, object: &Value) -> bool {
+    pub(super) fn matches(&self, object: &Value) -> bool {
         let labels = lookup(object, "metadata.labels");
         let label = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
         self.0.iter().all(|req| match req {
@@ -117,7 +117,7 @@ impl LabelSelector {
 
 impl FieldSelector {
     /// Parses the `fieldSelector` query value, rejecting labels the type does not support.
-    pub fn parse(text: &str, rt: &ResourceType) -> Result<Self, String> {
+    pub(super) fn parse(text: &str, rt: &ResourceType) -> Result<Self, String> {
         let mut terms = Vec::new();
         for term in split_top_level(text) {
             let (path, equal, value) = if let Some((p, v)) = term.split_once("!=") {
@@ -140,7 +140,7 @@ impl FieldSelector {
     }
 
     /// Whether an object satisfies every term.
-    pub fn matches(&self, object: &Value) -> bool {
+    pub(super) fn matches(&self, object: &Value) -> bool {
         self.0.iter().all(|(path, equal, wanted)| {
             let actual = match lookup(object, path) {
                 Some(Value::String(s)) => s.clone(),

@@ -39,19 +39,19 @@ impl ApiError {
     }
 
     /// 404: the named object does not exist.
-    pub fn not_found(rt: &ResourceType, name: &str) -> Self {
+    pub(super) fn not_found(rt: &ResourceType, name: &str) -> Self {
         let message = format!("{} \"{name}\" not found", rt.qualified_name());
         Self::about(rt, name, 404, "NotFound", message)
     }
 
     /// 409: create of a name that exists.
-    pub fn already_exists(rt: &ResourceType, name: &str) -> Self {
+    pub(super) fn already_exists(rt: &ResourceType, name: &str) -> Self {
         let message = format!("{} \"{name}\" already exists", rt.qualified_name());
         Self::about(rt, name, 409, "AlreadyExists", message)
     }
 
     /// 409: optimistic-concurrency failure (stale resourceVersion, failed precondition).
-    pub fn conflict(rt: &ResourceType, name: &str, why: &str) -> Self {
+    pub(super) fn conflict(rt: &ResourceType, name: &str, why: &str) -> Self {
         let message = format!(
             "Operation cannot be fulfilled on {} \"{name}\": {why}",
             rt.qualified_name()
@@ -60,13 +60,13 @@ impl ApiError {
     }
 
     /// 409 for a stale resourceVersion, worded as upstream.
-    pub fn modified(rt: &ResourceType, name: &str) -> Self {
+    pub(super) fn modified(rt: &ResourceType, name: &str) -> Self {
         let why = "the object has been modified; please apply your changes to the latest version and try again";
         Self::conflict(rt, name, why)
     }
 
     /// 422: the object fails validation.
-    pub fn invalid(rt: &ResourceType, name: &str, field: &str, detail: &str) -> Self {
+    pub(super) fn invalid(rt: &ResourceType, name: &str, field: &str, detail: &str) -> Self {
         let group = if rt.group.is_empty() {
             String::new()
         } else {
@@ -80,12 +80,12 @@ impl ApiError {
     }
 
     /// 400: malformed request.
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
         Self::plain(400, "BadRequest", message)
     }
 
     /// An error with no object details (404 for unknown paths, 405, 415, injected faults).
-    pub fn plain(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+    pub(super) fn plain(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
             reason,
@@ -95,7 +95,7 @@ impl ApiError {
     }
 
     /// The `reason` upstream uses for an HTTP code (for injected faults).
-    pub fn reason_for(code: u16) -> &'static str {
+    pub(super) fn reason_for(code: u16) -> &'static str {
         match code {
             400 => "BadRequest",
             404 => "NotFound",
@@ -111,7 +111,7 @@ impl ApiError {
     }
 
     /// The `meta/v1` `Status` object for this failure.
-    pub fn to_status(&self) -> Value {
+    pub(super) fn to_status(&self) -> Value {
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",

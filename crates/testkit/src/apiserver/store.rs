@@ -67,7 +67,7 @@ fn is_dns_subdomain(name: &str) -> bool {
 
 impl Store {
     /// An empty store; `seed` varies the generated names and uids.
-    pub fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         Self {
             resource_version: 1,
             objects: BTreeMap::new(),
@@ -78,7 +78,7 @@ impl Store {
     }
 
     /// The current (latest) resourceVersion.
-    pub fn resource_version(&self) -> u64 {
+    pub(super) fn resource_version(&self) -> u64 {
         self.resource_version
     }
 
@@ -88,7 +88,7 @@ impl Store {
     /// recorded in resourceVersion order. A scan of every event (under the
     /// store's lock, at each wake of each watch) made the benches that
     /// hold thousands of claims measure this stand-in, not the agent.
-    pub fn events_since(&self, since: u64) -> impl Iterator<Item = &StoredEvent> {
+    pub(super) fn events_since(&self, since: u64) -> impl Iterator<Item = &StoredEvent> {
         let start = self.events.partition_point(|e| e.rv <= since);
         self.events[start..].iter()
     }
@@ -142,13 +142,18 @@ impl Store {
     }
 
     /// GET one object.
-    pub fn get(&self, rt: &ResourceType, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+    pub(super) fn get(
+        &self,
+        rt: &ResourceType,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let found = self.objects.get(&key(rt, ns, name));
         found.cloned().ok_or_else(|| ApiError::not_found(rt, name))
     }
 
     /// Objects of a type (in `ns`, or all namespaces) matching both selectors, by name.
-    pub fn select(
+    pub(super) fn select(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
@@ -165,7 +170,7 @@ impl Store {
     }
 
     /// LIST: a `<Kind>List` object.
-    pub fn list(
+    pub(super) fn list(
         &self,
         rt: &ResourceType,
         ns: Option<&str>,
@@ -218,7 +223,7 @@ impl Store {
     }
 
     /// POST: stores a new object. `keep_status` is for seeding; API creates drop status.
-    pub fn create(
+    pub(super) fn create(
         &mut self,
         rt: &'static ResourceType,
         ns: Option<&str>,
@@ -230,7 +235,7 @@ impl Store {
 
     /// What [`Store::create`] would store, without storing it (a dry run:
     /// no uid, resourceVersion or event).
-    pub fn create_dry_run(
+    pub(super) fn create_dry_run(
         &mut self,
         rt: &'static ResourceType,
         ns: Option<&str>,
@@ -336,7 +341,7 @@ impl Store {
     }
 
     /// PUT (main resource or `status`): optimistic concurrency on resourceVersion.
-    pub fn update(
+    pub(super) fn update(
         &mut self,
         rt: &'static ResourceType,
         ns: Option<&str>,
@@ -368,7 +373,7 @@ impl Store {
     }
 
     /// PATCH: applies the patch to the stored object, then updates.
-    pub fn patch(
+    pub(super) fn patch(
         &mut self,
         rt: &'static ResourceType,
         ns: Option<&str>,
@@ -411,7 +416,7 @@ impl Store {
     }
 
     /// DELETE with optional `preconditions` (uid, resourceVersion) from DeleteOptions.
-    pub fn delete(
+    pub(super) fn delete(
         &mut self,
         rt: &'static ResourceType,
         ns: Option<&str>,

@@ -24,7 +24,7 @@ pub(crate) struct Strategy {
 
 impl Strategy {
     /// Applies the rules of `rt` to an object about to be stored.
-    pub fn prepare(&self, rt: &ResourceType, obj: &mut Value) {
+    pub(super) fn prepare(&self, rt: &ResourceType, obj: &mut Value) {
         if rt.plural != "resourceslices" {
             return;
         }

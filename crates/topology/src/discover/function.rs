@@ -23,7 +23,7 @@ pub(crate) struct Function {
 
 impl Function {
     /// The name used in warnings.
-    pub fn who(&self) -> String {
+    pub(super) fn who(&self) -> String {
         self.address.to_string()
     }
 }
