@@ -25,6 +25,7 @@ pub mod cdi;
 pub mod checkpoint;
 pub mod classic;
 pub(crate) mod desired;
+mod error;
 pub mod fabric_config;
 pub mod faults;
 #[cfg(test)]
@@ -50,10 +51,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ainic_dra_daemon::Tasks;
-use anyhow::{Context, Result};
+pub use error::{AgentError, BoxError};
 use kubelet_api::dra::{v1, v1beta1};
 use kubelet_api::dra_health::{v1 as health_v1, v1alpha1 as health_v1alpha1};
 use kubelet_api::pluginregistration::v1 as reg;
+pub use metadata::MetadataError;
+pub use state_lock::LockError;
 use tokio::sync::watch;
 use topology::{DiscoveryConfig, Inventory};
 
@@ -184,17 +187,17 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     published: watch::Receiver<Option<String>>,
     tasks: &Tasks,
-) -> Result<Serving> {
+) -> Result<Serving, AgentError> {
     let lock = match config.instance {
         None => Some(state::lock_state_dir(&config).await?),
         Some(_) => None,
     };
     let discovery = DiscoveryConfig::default();
-    let inventory = topology::discover(&config.sysfs_root, &discovery).with_context(|| {
-        format!(
-            "failed to discover NICs under {}",
-            config.sysfs_root.display()
-        )
+    let inventory = topology::discover(&config.sysfs_root, &discovery).map_err(|source| {
+        AgentError::Discover {
+            root: config.sysfs_root.clone(),
+            source,
+        }
     })?;
     for warning in &inventory.warnings {
         tracing::warn!(%warning, "discovery");
@@ -247,7 +250,7 @@ async fn serve_http(
     state: http::HttpState,
     wait: bool,
     tasks: &Tasks,
-) -> Result<()> {
+) -> Result<(), AgentError> {
     let in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
     match http::serve(addr, state.clone()).await {
         Ok((bound, server)) => {
@@ -272,7 +275,7 @@ async fn serve_http(
                 }
             });
         }
-        Err(error) => return Err(error).with_context(|| format!("failed to listen on {addr}")),
+        Err(source) => return Err(AgentError::Http { addr, source }),
     }
     Ok(())
 }
@@ -285,7 +288,7 @@ fn serve_dra(
     slot: plugin::grpc::DriverSlot,
     reports: watch::Receiver<Arc<health::HealthReport>>,
     tasks: &Tasks,
-) -> Result<()> {
+) -> Result<(), AgentError> {
     let timeout =
         i64::try_from(config.refresh_every.as_secs().saturating_mul(3).max(30)).unwrap_or(i64::MAX);
     let health_service = health::HealthService::new(&config.scope.pool, reports, timeout);
@@ -319,7 +322,7 @@ fn serve_registration(
     dra_socket: &std::path::Path,
     metrics: &Arc<Metrics>,
     tasks: &Tasks,
-) -> Result<watch::Receiver<plugin::registration::Registration>> {
+) -> Result<watch::Receiver<plugin::registration::Registration>, AgentError> {
     let registration = RegistrationService::new(
         &config.scope.driver,
         dra_socket.to_path_buf(),

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::AgentError;
 use ainic_dra_daemon::Tasks;
-use anyhow::Result;
 use tokio::sync::watch;
 use topology::Inventory;
 
@@ -22,7 +22,7 @@ impl Serving {
     /// checkpoint, reconciles the CDI dir with it, rebuilds every prepared
     /// claim's spec from today's devices, and hands the driver to the
     /// waiting gRPC services. The lock is held until the agent exits.
-    pub async fn own_state(&mut self, claims: SharedClaims) -> Result<Arc<Driver>> {
+    pub async fn own_state(&mut self, claims: SharedClaims) -> Result<Arc<Driver>, AgentError> {
         if self.lock.is_none() {
             self.lock = Some(lock_state_dir(&self.parts.config).await?);
         }
@@ -38,7 +38,7 @@ async fn open_state(
     parts: &StateParts,
     claims: SharedClaims,
     inventory: watch::Receiver<Arc<Inventory>>,
-) -> Result<Arc<Driver>> {
+) -> Result<Arc<Driver>, AgentError> {
     let config = &parts.config;
     let boot = checkpoint::journal::boot_id(&config.boot_id_file);
     let store = Arc::new(CheckpointStore::open_in_boot(&config.state_dir, &boot)?);
@@ -133,7 +133,9 @@ fn follow_claims(driver: &Arc<Driver>, config: &NodeConfig, tasks: &Tasks, reboo
     }
 }
 
-pub(crate) async fn lock_state_dir(config: &NodeConfig) -> Result<state_lock::StateLock> {
+pub(crate) async fn lock_state_dir(
+    config: &NodeConfig,
+) -> Result<state_lock::StateLock, AgentError> {
     let lock = state_lock::acquire(&config.state_dir, config.state_lock_wait).await?;
     tracing::info!(lock = %lock.path().display(), "state directory locked");
     Ok(lock)

@@ -42,7 +42,7 @@ impl StateLock {
 
 /// Why the state directory could not be locked.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum LockError {
+pub enum LockError {
     /// Another agent holds the lock.
     #[error(
         "state directory {dir} is in use by another ainic-dra node agent ({holder}){waited}: two agents on one node would overwrite each other's checkpoint and kubelet sockets; stop the other one, or give this one its own --state-dir"

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use ainic_dra_daemon::follow::Lifetime;
 use ainic_dra_daemon::{Stopped, Supervisor, TaskFailed, shutdown_signal};
-use anyhow::Result;
 use dra_model::Release;
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::watch;
@@ -24,7 +23,7 @@ use crate::classic::ClassicSettings;
 use crate::desired::{ConfigMetrics, Rebuild};
 use crate::http::metrics::Metrics;
 use crate::publisher::{Backoff, PublisherMetrics};
-use crate::{NodeConfig, Serving, serve};
+use crate::{AgentError, BoxError, NodeConfig, Serving, serve};
 use wiring::{Running, Wiring};
 
 /// What the agent runs.
@@ -89,9 +88,9 @@ async fn read_node(client: &kube::Client, node: &str, backoff: Backoff) -> Node 
 /// discovery (the TLS roots of the system: about 150 certificate files
 /// read and parsed).
 pub async fn run(
-    client: impl Future<Output = Result<kube::Client>>,
+    client: impl Future<Output = Result<kube::Client, BoxError>>,
     config: AgentConfig,
-) -> Result<()> {
+) -> Result<(), AgentError> {
     let (mut supervisor, tasks) = Supervisor::new();
     ainic_dra_daemon::memory::spawn_trimmer(&tasks);
     let (metrics, publisher_metrics, config_metrics) = registered_metrics();
@@ -123,7 +122,7 @@ pub async fn run(
         Ok(client) => client,
         Err(error) => {
             remove_sockets(&serving);
-            return Err(error);
+            return Err(AgentError::Client(error));
         }
     };
     let uninstalling = daemonset
@@ -207,7 +206,7 @@ async fn wire_until_stopped(
     supervisor: &mut Supervisor,
     wiring: Wiring,
     serving: &mut Serving,
-) -> Result<(Option<Running>, Option<TaskFailed>)> {
+) -> Result<(Option<Running>, Option<TaskFailed>), AgentError> {
     let watching = supervisor.watch(shutdown_signal());
     tokio::pin!(watching);
     tokio::select! {

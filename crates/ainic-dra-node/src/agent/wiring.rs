@@ -12,14 +12,13 @@ use ainic_dra_daemon::Tasks;
 use ainic_dra_daemon::follow::{Lifetime, Seen, watch_for};
 use ainic_dra_daemon::server_version;
 use ainic_dra_daemon::supervise::Done;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use dra_model::classic::ClassicConfig;
 use dra_model::health::Verdicts;
 use dra_model::{FeatureGate, ModelConfig, Release};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::Serving;
 use crate::classic::ClassicSettings;
 use crate::desired::{self, ConfigMetrics, Desired, Inputs, Rebuild, Reporter};
 use crate::fabric_config;
@@ -27,6 +26,7 @@ use crate::health::counters::HealthEvent;
 use crate::node_events::{KubeNodeEvents, NodeEvents, post_soon};
 use crate::plugin::claims::KubeClaims;
 use crate::publisher::{Backoff, PublisherConfig, PublisherMetrics, RunOptions, SlicePublisher};
+use crate::{AgentError, Serving};
 
 /// The model as published to a server of `release` that dropped the
 /// fields of the `refused` gates: `release`'s defaults under the
@@ -172,7 +172,7 @@ impl Wiring {
     /// none), so a rolling update leaves `amd.com/nic` no moment without a
     /// plugin; the publisher starts after, so an old and a new agent never
     /// publish the node's slices at once.
-    pub(super) async fn wire(mut self, started: &mut Serving) -> Result<Running> {
+    pub(super) async fn wire(mut self, started: &mut Serving) -> Result<Running, AgentError> {
         let node = super::read_node(&self.client, &self.node, Backoff::default()).await;
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let fabric = fabric_config::follow(
@@ -190,7 +190,8 @@ impl Wiring {
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(build),
             // A current-thread runtime has no other worker to hand off to.
             _ => build(),
-        }?;
+        }
+        .map_err(|e| AgentError::Model(e.into()))?;
         let (first, problem) = desired::decide(&state, |_| Ok(model.clone()));
         let events = Arc::new(KubeNodeEvents::new(&self.client, &node, &self.driver));
         if let Some(queued) = self.health_events.take() {
@@ -211,7 +212,7 @@ impl Wiring {
                 settings.fabric = Some(model);
                 let inventory = started.inventory.clone();
                 crate::classic::start(settings, inventory, self.stop.clone(), &self.tasks)
-                    .context("failed to start the classic device plugin")?
+                    .map_err(|e| AgentError::Classic(e.into()))?
             }
             None => Vec::new(),
         };

@@ -63,6 +63,19 @@ pub struct ClassicSettings {
     pub instance: Option<String>,
 }
 
+/// Why the classic path could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClassicError {
+    /// The config offers a device through two paths (two resources, or a
+    /// resource and DRA).
+    #[error("refusing to start the device plugin")]
+    Overlap(#[source] dra_model::classic::OverlapError),
+    /// The classic CDI spec could not be built or written.
+    #[error("failed to write the classic CDI spec")]
+    Cdi(#[source] crate::BoxError),
+}
+
 /// Starts the classic path's tasks under `tasks`. Fails before serving
 /// anything when the config offers a device through two paths on the
 /// current inventory. The returned tasks end after `shutdown` flips to
@@ -72,17 +85,14 @@ pub fn start(
     inventories: watch::Receiver<Arc<Inventory>>,
     shutdown: watch::Receiver<bool>,
     tasks: &Tasks,
-) -> anyhow::Result<Vec<Done>> {
+) -> Result<Vec<Done>, ClassicError> {
     let config = Arc::new(settings.config);
     let first = Snapshot::new(
         &config,
         settings.fabric.as_ref(),
         Arc::clone(&inventories.borrow()),
     );
-    first
-        .assignment
-        .check()
-        .context("refusing to start the device plugin")?;
+    first.assignment.check().map_err(ClassicError::Overlap)?;
     for r in &first.assignment.resources {
         tracing::info!(resource = %r.name, devices = r.devices.len(), "classic resource");
     }
@@ -103,7 +113,7 @@ pub fn start(
     if let Some(dir) = settings.cdi_dir.clone() {
         // The spec exists before any plugin can answer with its names.
         write_cdi(&dir, &settings.dev, options, &snapshots.borrow())
-            .context("failed to write the classic CDI spec")?;
+            .map_err(|e| ClassicError::Cdi(e.into()))?;
         let task = follow_cdi(dir, settings.dev.clone(), options, snapshots.clone());
         let task = with_shutdown(task, shutdown.clone());
         started.push(tasks.spawn_critical("classic cdi follower", task));

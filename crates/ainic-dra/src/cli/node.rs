@@ -12,10 +12,10 @@ use clap::Args;
 
 use super::slices::ModelArgs;
 use ainic_dra_daemon::follow::Lifetime;
-use ainic_dra_node::NodeConfig;
 use ainic_dra_node::agent::{self, AgentConfig};
 use ainic_dra_node::classic::args::DevicePluginArgs;
 use ainic_dra_node::plugin::resolve::Scope;
+use ainic_dra_node::{BoxError, NodeConfig};
 use dra_model::health::{HealthPolicy, ThresholdSpec};
 
 /// Flags of `ainic-dra node`.
@@ -353,10 +353,12 @@ pub fn run(args: NodeArgs) -> Result<()> {
                 async move { ainic_dra_daemon::client::connect(kubeconfig.as_deref()).await },
             );
         let client = async {
-            let built = client.await.context("building the API client panicked")?;
-            Ok(built?)
+            match client.await {
+                Ok(built) => built.map_err(BoxError::from),
+                Err(panicked) => Err(BoxError::from(panicked)),
+            }
         };
-        agent::run(client, config).await
+        Ok(agent::run(client, config).await?)
     })
 }
 
