@@ -96,7 +96,8 @@ impl ResourcePlugin {
         let _ = std::fs::remove_file(self.dir.join(self.endpoint()));
     }
 
-    /// One transition. A server dropped on shutdown aborts with its task.
+    /// One transition. A server dropped on shutdown stops: dropping it
+    /// drops its stop sender, which ends its graceful-shutdown wait.
     async fn step(&self, phase: Phase) -> Phase {
         let kubelet = self.dir.join(dp::KUBELET_SOCKET);
         match phase {

@@ -11,8 +11,11 @@
 //! sync re-lists, so partial progress is never lost or duplicated.
 //!
 //! The publisher does not build slices: the caller passes them in (from
-//! `dra-model`). [`run`] re-publishes on inventory changes, link events and
-//! periodic resyncs. The list-compare-write pass itself is in `sync`.
+//! `dra-model`). [`run`] re-publishes on inventory changes, nudges and
+//! periodic resyncs (it can also take link events, which the agent routes
+//! through its refresh loop instead: they reach the publisher as inventory
+//! changes). The list-compare-write pass itself is in `sync`. The netlink
+//! link listener lives here for that reason; the agent's refresher uses it.
 //!
 //! Gated fields a server drops ([`dra_model::dropped`]) are found before the first
 //! write that carries them (a dry-run create) and in every stored object

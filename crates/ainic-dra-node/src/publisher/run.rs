@@ -215,9 +215,11 @@ where
     publisher
 }
 
-/// The node agent's publish loop on its own task: publishes at once, then
-/// follows `inventory`, netlink link events (when the host allows a netlink
-/// socket) and a resync every `resync_every`, until `shutdown`.
+/// [`run`] on a plain task of its own: publishes at once, then follows
+/// `inventory`, netlink link events (when the host allows a netlink
+/// socket) and a resync every `resync_every`, until `shutdown`. The agent
+/// wires [`run`] itself under its supervisor (`agent/wiring.rs`); this is
+/// the publisher alone, as the publisher's own tests drive it.
 pub fn spawn<F, T>(
     publisher: SlicePublisher,
     build: F,
