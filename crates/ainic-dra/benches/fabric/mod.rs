@@ -100,7 +100,7 @@ impl Controller {
     /// resyncing every `resync`.
     pub fn start(bed: &Testbed, log: &Path, resync: Duration) -> Controller {
         let child = Command::new(env!("CARGO_BIN_EXE_ainic-dra"))
-            .args(["--log", "info,controller=debug", "controller"])
+            .args(["--log", "info,ainic_dra_controller=debug", "controller"])
             .arg("--kubeconfig")
             .arg(bed.kubeconfig())
             .args(["--namespace", NAMESPACE, "--identity", "scale-bench"])
