@@ -36,7 +36,8 @@ pub struct PcieLocation {
     pub bridges: Vec<PciAddress>,
     /// Upstream port of the nearest PCIe switch above the function, if any.
     pub switch: Option<PciAddress>,
-    /// NUMA node; `None` when sysfs says -1 or nothing usable.
+    /// NUMA node; `None` when sysfs says -1 or nothing usable. A VF's is
+    /// its PF's (Linux gives it the PF's).
     pub numa_node: Option<u32>,
 }
 
@@ -106,11 +107,12 @@ pub struct RdmaPort {
     pub number: u32,
     /// `state` without the numeric prefix, e.g. `ACTIVE`, `DOWN`.
     pub state: Option<String>,
-    /// `phys_state` without the numeric prefix, e.g. `LinkUp`.
+    /// `phys_state` without the numeric prefix, e.g. `LinkUp`; on a VF, the
+    /// PF's port of the same number (the physical port is the PF's).
     pub phys_state: Option<String>,
     /// `rate`, e.g. `400 Gb/sec (4X NDR)`.
     pub rate: Option<String>,
-    /// `link_layer`, e.g. `Ethernet`.
+    /// `link_layer`, e.g. `Ethernet`; on a VF, as `phys_state`.
     pub link_layer: Option<String>,
 }
 
@@ -120,7 +122,8 @@ pub struct RdmaPort {
 pub struct RdmaDevice {
     /// Kernel name (`ionic_0`, or a udev-renamed `rocep12s0`).
     pub name: String,
-    /// `fw_ver` of the device, when present.
+    /// `fw_ver` of the device, when present; on a VF, the adapter's, as its
+    /// PF's first RDMA device reports it.
     pub firmware_version: Option<String>,
     /// Ports, by number.
     pub ports: Vec<RdmaPort>,
@@ -148,9 +151,10 @@ pub struct NicFunction {
     pub driver: Option<String>,
     /// Position in the PCIe tree and NUMA node.
     pub location: PcieLocation,
-    /// `local_cpulist`, e.g. `0-47,96-143`.
+    /// `local_cpulist`, e.g. `0-47,96-143`; a VF's is its PF's.
     pub local_cpus: Option<String>,
-    /// Negotiated PCIe link.
+    /// Negotiated PCIe link; a VF's is its PF's (a VF has no link of its
+    /// own: its link registers are reserved).
     pub pcie_link: PcieLink,
     /// Network interfaces, by name.
     pub netdevs: Vec<Netdev>,

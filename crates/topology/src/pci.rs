@@ -92,11 +92,13 @@ pub struct PciIds {
     pub vendor: u16,
     /// `device` (e.g. `0x1002` for an AINIC PF).
     pub device: u16,
-    /// `subsystem_vendor`, when readable.
+    /// `subsystem_vendor`, when readable (a VF's is its PF's, as SR-IOV
+    /// requires).
     pub subsystem_vendor: Option<u16>,
     /// `subsystem_device`, when readable.
     pub subsystem_device: Option<u16>,
-    /// `class`, the 24-bit class code (e.g. `0x020000` Ethernet).
+    /// `class`, the 24-bit class code (e.g. `0x020000` Ethernet); a VF's is
+    /// its PF's, as SR-IOV requires.
     pub class: u32,
 }
 

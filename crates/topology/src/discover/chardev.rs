@@ -165,9 +165,21 @@ fn class_names<B: Backend>(r: &mut Reader<'_, B>, class: &str, prefixes: &[&str]
     }
 }
 
-/// Resolves one entry (once, not once per file) and reads its files.
+/// Reads one entry's files through its link; an entry that does not read
+/// whole that way is resolved (once, not once per file) and read again,
+/// so that its warnings name what is wrong with it.
 fn read_entry<B: Backend>(fs: &Sysfs<B>, entry: &ClassEntry) -> EntryRead {
     let who = format!("{}/{}", entry.class, entry.name);
+    // The kernel follows the link (openat2 beneath the root): three files,
+    // not a link read and two `lstat`s more, for each of the thousands of
+    // entries of an SR-IOV node.
+    if let Some(found) = read_files_quietly(&Reader::new(fs), entry, &who) {
+        return EntryRead {
+            resolve_warnings: Vec::new(),
+            field_warnings: Vec::new(),
+            found: Some(found),
+        };
+    }
     let mut r = Reader::new(fs);
     let dir = match r.fs.resolve(&who) {
         Ok((dir, EntryKind::Dir)) => Some(dir),
@@ -190,6 +202,31 @@ fn read_entry<B: Backend>(fs: &Sysfs<B>, entry: &ClassEntry) -> EntryRead {
     }
 }
 
+/// [`read_files`] when every file reads and parses; `None` otherwise,
+/// without a warning (the careful path then says what is wrong).
+fn read_files_quietly<B: Backend>(
+    r: &Reader<'_, B>,
+    entry: &ClassEntry,
+    dir: &str,
+) -> Option<(String, CharDevice, Option<u32>)> {
+    let ibdev = r.try_field(dir, "ibdev", parse::text).ok()??;
+    let dev = r.try_field(dir, "dev", parse::dev_numbers).ok()??;
+    let dev = char_device(entry, dev);
+    if entry.class == CLASSES[0].0 {
+        return Some((ibdev, dev, None));
+    }
+    let port = r.try_field(dir, "port", parse::decimal).ok()??;
+    Some((ibdev, dev, Some(port)))
+}
+
+fn char_device(entry: &ClassEntry, (major, minor): (u32, u32)) -> CharDevice {
+    CharDevice {
+        path: format!("{DEV_DIR}/{}", entry.name),
+        major,
+        minor,
+    }
+}
+
 /// `ibdev` and `dev` (always both), then `port` for a MAD entry.
 fn read_files<B: Backend>(
     r: &mut Reader<'_, B>,
@@ -200,11 +237,7 @@ fn read_files<B: Backend>(
     let ibdev = r.field(who, dir, "ibdev", parse::text, IfMissing::Warn);
     let dev = r
         .field(who, dir, "dev", parse::dev_numbers, IfMissing::Warn)
-        .map(|(major, minor)| CharDevice {
-            path: format!("{DEV_DIR}/{}", entry.name),
-            major,
-            minor,
-        });
+        .map(|numbers| char_device(entry, numbers));
     let (ibdev, dev) = (ibdev?, dev?);
     if entry.class == CLASSES[0].0 {
         return Some((ibdev, dev, None));

@@ -74,27 +74,28 @@ pub(crate) fn identify<B: Backend>(r: &mut Reader<'_, B>, name: &str) -> Option<
 
 /// The full identity registers; `None` (device skipped) without a class.
 pub(crate) fn ids<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<PciIds> {
-    let who = f.who();
-    let class = r.required(&who, &f.dir, "class", parse::class_code)?;
+    let class = class(r, f)?;
     Some(PciIds {
         vendor: f.vendor,
         device: f.device,
-        subsystem_vendor: r.field(
-            &who,
-            &f.dir,
-            "subsystem_vendor",
-            parse::hex_u16,
-            IfMissing::Warn,
-        ),
-        subsystem_device: r.field(
-            &who,
-            &f.dir,
-            "subsystem_device",
-            parse::hex_u16,
-            IfMissing::Warn,
-        ),
+        subsystem_vendor: subsystem(r, f, "subsystem_vendor"),
+        subsystem_device: subsystem(r, f, "subsystem_device"),
         class,
     })
+}
+
+/// `class`; `None` with a warning that `f` is skipped.
+pub(crate) fn class<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<u32> {
+    r.required(&f.who(), &f.dir, "class", parse::class_code)
+}
+
+/// `subsystem_vendor` or `subsystem_device` (`file`).
+pub(crate) fn subsystem<B: Backend>(
+    r: &mut Reader<'_, B>,
+    f: &Function,
+    file: &str,
+) -> Option<u16> {
+    r.field(&f.who(), &f.dir, file, parse::hex_u16, IfMissing::Warn)
 }
 
 /// The position in the PCIe tree, from the resolved directory
@@ -103,6 +104,16 @@ pub(crate) fn ids<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<Pci
 /// last `pci…` component: usually right below `devices/`, but deeper on
 /// Hyper-V virtual PCI (`devices/…/VMBUS:00/<guid>/pci0041:00/…`).
 pub(crate) fn location<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Option<PcieLocation> {
+    place(r, f, |r| numa_node(r, f))
+}
+
+/// [`location`] with the NUMA node from `numa_node`, asked only once the
+/// position is known (a VF's node is its PF's).
+pub(crate) fn place<'a, B: Backend>(
+    r: &mut Reader<'a, B>,
+    f: &Function,
+    numa_node: impl FnOnce(&mut Reader<'a, B>) -> Option<u32>,
+) -> Option<PcieLocation> {
     let who = f.who();
     let comps: Vec<&str> = f.dir.split('/').collect();
     let host_bridge = comps
@@ -130,7 +141,7 @@ pub(crate) fn location<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Optio
         root,
         switch: nearest_switch(&bridges),
         bridges,
-        numa_node: numa_node(r, f),
+        numa_node: numa_node(r),
     })
 }
 

@@ -14,6 +14,7 @@ mod rdma;
 mod reader;
 mod recheck;
 mod scan;
+mod shared;
 mod sriov;
 
 use std::collections::HashSet;

@@ -8,33 +8,61 @@ use super::chardev::CharDevices;
 use super::function::Function;
 use super::reader::{IfMissing, Reader};
 
-/// The RDMA devices of `f`, by name, with their ports and char devices.
+/// What a VF's RDMA devices take from its PF's first one: the adapter's
+/// firmware, and each port's physical state and link layer (the physical
+/// port is the PF's, shared by its VFs).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FromPf {
+    pub firmware: Option<String>,
+    pub ports: Vec<RdmaPort>,
+}
+
+/// The RDMA devices of `f`, by name, with their ports and char devices;
+/// for a VF, what `from_pf` holds is not read again.
 pub(crate) fn rdma_devices<B: Backend>(
     r: &mut Reader<'_, B>,
     f: &Function,
     chars: &CharDevices,
+    from_pf: Option<&FromPf>,
 ) -> Vec<RdmaDevice> {
-    let who = f.who();
-    let ib = format!("{}/infiniband", f.dir);
-    let names = match r.fs.list(&ib) {
-        Ok(entries) => entries.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
-        Err(_) if !r.fs.exists(&ib) => return Vec::new(),
-        Err(e) => {
-            r.warn(&who, format!("cannot list infiniband: {e}"));
-            return Vec::new();
-        }
-    };
-    names
+    device_names(r, f)
         .into_iter()
         .map(|name| RdmaDevice {
-            firmware_version: firmware_version(r, f, &name),
-            ports: ports(r, f, &name),
+            firmware_version: match from_pf {
+                Some(pf) => pf.firmware.clone(),
+                None => firmware_version(r, f, &name),
+            },
+            ports: ports(r, f, &name, from_pf.map_or(&[][..], |pf| &pf.ports)),
             uverbs: chars.verbs(&name),
             umad: chars.umad(&name),
             issm: chars.issm(&name),
             name,
         })
         .collect()
+}
+
+/// The names in `f`'s `infiniband` directory; none when it has none.
+fn device_names<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> Vec<String> {
+    let ib = format!("{}/infiniband", f.dir);
+    match r.fs.list(&ib) {
+        Ok(entries) => entries.into_iter().map(|(n, _)| n).collect(),
+        Err(_) if !r.fs.exists(&ib) => Vec::new(),
+        Err(e) => {
+            r.warn(&f.who(), format!("cannot list infiniband: {e}"));
+            Vec::new()
+        }
+    }
+}
+
+/// What the VFs of the PF `f` take from its first RDMA device.
+pub(crate) fn from_pf<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> FromPf {
+    let Some(first) = device_names(r, f).into_iter().next() else {
+        return FromPf::default();
+    };
+    FromPf {
+        firmware: firmware_version(r, f, &first),
+        ports: ports(r, f, &first, &[]),
+    }
 }
 
 /// `infiniband/<ibdev>/fw_ver` of `f`.
@@ -47,7 +75,14 @@ pub(crate) fn firmware_version<B: Backend>(
     r.field(&f.who(), &f.dir, &file, parse::text, IfMissing::Quiet)
 }
 
-fn ports<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str) -> Vec<RdmaPort> {
+/// The ports of `ibdev`; where `physical` has the same port number (the
+/// PF's, for a VF), its physical state and link layer are taken from it.
+fn ports<B: Backend>(
+    r: &mut Reader<'_, B>,
+    f: &Function,
+    ibdev: &str,
+    physical: &[RdmaPort],
+) -> Vec<RdmaPort> {
     let who = f.who();
     let rel = format!("infiniband/{ibdev}/ports");
     let entries = match r.fs.list(&format!("{}/{rel}", f.dir)) {
@@ -67,7 +102,18 @@ fn ports<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str) -> Vec<Rd
     numbers.sort_unstable();
     numbers
         .into_iter()
-        .map(|number| port(r, f, ibdev, number))
+        .map(
+            |number| match physical.iter().find(|p| p.number == number) {
+                Some(physical) => RdmaPort {
+                    number,
+                    state: state(r, f, ibdev, number),
+                    phys_state: physical.phys_state.clone(),
+                    rate: rate(r, f, ibdev, number),
+                    link_layer: physical.link_layer.clone(),
+                },
+                None => port(r, f, ibdev, number),
+            },
+        )
         .collect()
 }
 
@@ -78,31 +124,34 @@ pub(crate) fn port<B: Backend>(
     ibdev: &str,
     number: u32,
 ) -> RdmaPort {
-    let who = f.who();
     let file = |attr: &str| format!("infiniband/{ibdev}/ports/{number}/{attr}");
     RdmaPort {
         number,
-        state: r.field(
-            &who,
-            &f.dir,
-            &file("state"),
-            parse::port_state,
-            IfMissing::Warn,
-        ),
+        state: state(r, f, ibdev, number),
         phys_state: r.field(
-            &who,
+            &f.who(),
             &f.dir,
             &file("phys_state"),
             parse::port_state,
             IfMissing::Warn,
         ),
-        rate: r.field(&who, &f.dir, &file("rate"), parse::text, IfMissing::Warn),
+        rate: rate(r, f, ibdev, number),
         link_layer: r.field(
-            &who,
+            &f.who(),
             &f.dir,
             &file("link_layer"),
             parse::text,
             IfMissing::Warn,
         ),
     }
+}
+
+fn state<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str, n: u32) -> Option<String> {
+    let file = format!("infiniband/{ibdev}/ports/{n}/state");
+    r.field(&f.who(), &f.dir, &file, parse::port_state, IfMissing::Warn)
+}
+
+fn rate<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str, n: u32) -> Option<String> {
+    let file = format!("infiniband/{ibdev}/ports/{n}/rate");
+    r.field(&f.who(), &f.dir, &file, parse::text, IfMissing::Warn)
 }

@@ -2,12 +2,13 @@
 //! unit of work of one discovery thread.
 
 use crate::model::{Gpu, NicFunction};
+use crate::pci::PciIds;
 use crate::sysfs::{Backend, Sysfs};
 
 use super::chardev::CharDevices;
 use super::function::{self, Function};
 use super::reader::Reader;
-use super::{DiscoveryConfig, net, product_name, rdma, sriov};
+use super::{DiscoveryConfig, net, product_name, rdma, shared, sriov};
 
 /// What one run of entries held.
 pub(crate) struct Found {
@@ -25,13 +26,14 @@ pub(crate) fn scan<B: Backend>(
 ) -> Found {
     let mut r = Reader::new(fs);
     let mut vf_links = sriov::VfLinks::default();
+    let mut by_pf = shared::ByPf::default();
     let (mut nics, mut gpus) = (Vec::new(), Vec::new());
     for name in names {
         let Some(f) = function::identify(&mut r, name) else {
             continue;
         };
         if config.is_nic(f.vendor, f.device) {
-            nics.extend(read_nic(&mut r, &f, chars, &mut vf_links));
+            nics.extend(read_nic(&mut r, &f, chars, &mut vf_links, &mut by_pf));
         } else if config.is_gpu_vendor(f.vendor) {
             gpus.extend(read_gpu(&mut r, &f));
         }
@@ -43,30 +45,49 @@ pub(crate) fn scan<B: Backend>(
     }
 }
 
+/// A NIC function; a VF takes what it shares with its PF from the PF
+/// (see [`shared`]).
 fn read_nic<B: Backend>(
     r: &mut Reader<'_, B>,
     f: &Function,
     chars: &CharDevices,
     vf_links: &mut sriov::VfLinks,
+    by_pf: &mut shared::ByPf,
 ) -> Option<NicFunction> {
-    let ids = function::ids(r, f)?;
-    let location = function::location(r, f)?;
-    let kind = sriov::kind(r, f, vf_links)?;
+    let sriov = sriov::kind(r, f, vf_links)?;
+    let (facts, from_pf) = match &sriov.parent {
+        None => (shared::Shared::read(r, f)?, None),
+        Some(pf) => match by_pf.of(r, pf, f) {
+            Some(inherited) => (inherited.shared.clone(), Some(inherited.rdma.clone())),
+            None => {
+                let why = format!("its PF {} has no usable class; device skipped", pf.address);
+                r.warn(&f.who(), why);
+                return None;
+            }
+        },
+    };
+    let ids = PciIds {
+        vendor: f.vendor,
+        device: f.device,
+        subsystem_vendor: facts.subsystem_vendor,
+        subsystem_device: function::subsystem(r, f, "subsystem_device"),
+        class: facts.class,
+    };
     let product_name = match (ids.subsystem_vendor, ids.subsystem_device) {
         (Some(v), Some(d)) => product_name(v, d).map(str::to_string),
         _ => None,
     };
     Some(NicFunction {
         address: f.address,
-        kind,
+        kind: sriov.kind,
         ids,
         product_name,
         driver: function::driver(r, f),
-        location,
-        local_cpus: function::local_cpus(r, f),
-        pcie_link: function::pcie_link(r, f),
+        location: function::place(r, f, |_| facts.numa_node)?,
+        local_cpus: facts.local_cpus,
+        pcie_link: facts.pcie_link,
         netdevs: net::netdevs(r, f),
-        rdma: rdma::rdma_devices(r, f, chars),
+        rdma: rdma::rdma_devices(r, f, chars, from_pf.as_ref()),
     })
 }
 

@@ -29,13 +29,26 @@ impl VfLinks {
     }
 }
 
+/// A function's place in SR-IOV: its kind and, for a VF, its PF.
+pub(crate) struct Sriov {
+    pub kind: FunctionKind,
+    /// The VF's PF (address and directory); `None` for a PF.
+    pub parent: Option<Parent>,
+}
+
+/// A VF's PF, as found through the VF's `physfn` link.
+pub(crate) struct Parent {
+    pub address: PciAddress,
+    pub dir: String,
+}
+
 /// PF or VF, with its relations; `None` (device skipped, warned) for a VF
 /// whose parent or index cannot be established.
 pub(crate) fn kind<B: Backend>(
     r: &mut Reader<'_, B>,
     f: &Function,
     links: &mut VfLinks,
-) -> Option<FunctionKind> {
+) -> Option<Sriov> {
     let who = f.who();
     // Resolved first: on a node of VFs the link is there far more often.
     let physfn = format!("{}/physfn", f.dir);
@@ -54,7 +67,10 @@ pub(crate) fn kind<B: Backend>(
                 .iter()
                 .map(|(_, a)| *a)
                 .collect();
-            return Some(FunctionKind::Pf { total_vfs, vfs });
+            return Some(Sriov {
+                kind: FunctionKind::Pf { total_vfs, vfs },
+                parent: None,
+            });
         }
         Err(why) => {
             r.warn(
@@ -70,7 +86,13 @@ pub(crate) fn kind<B: Backend>(
         .find(|(_, vf)| *vf == f.address)
         .map(|(n, _)| *n);
     match index {
-        Some(index) => Some(FunctionKind::Vf { physfn: pf, index }),
+        Some(index) => Some(Sriov {
+            kind: FunctionKind::Vf { physfn: pf, index },
+            parent: Some(Parent {
+                address: pf,
+                dir: pf_dir,
+            }),
+        }),
         None => {
             r.warn(
                 &who,

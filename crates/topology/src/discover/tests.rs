@@ -128,9 +128,13 @@ fn reads_gpu_pf_vf_and_their_affinity() {
             index: 0
         }
     );
-    assert_eq!(vf.location.numa_node, None);
-    assert_eq!(inv.warnings.len(), 1, "{:?}", inv.warnings);
-    assert!(inv.warnings[0].starts_with("0000:04:00.1: invalid numa_node \"zero\""));
+    // What a VF shares with its PF is the PF's: the VF's own (garbage)
+    // numa_node is not read.
+    assert_eq!(vf.location.numa_node, Some(0));
+    assert_eq!(vf.local_cpus, pf.local_cpus);
+    assert_eq!(vf.pcie_link, pf.pcie_link);
+    assert_eq!(vf.ids.class, pf.ids.class);
+    assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
     assert_eq!(
         inv.rdma_cm.as_ref().map(|c| (c.major, c.minor)),
         Some((10, 58))
@@ -175,4 +179,47 @@ fn an_entry_leading_to_another_function_is_skipped() {
         "{:?}",
         inv.warnings
     );
+}
+
+#[test]
+fn a_vf_inherits_from_its_pf_and_a_bad_pf_file_is_warned_once() {
+    let t = tree()
+        .file(&format!("{PF}/numa_node"), "zero\n")
+        .file(
+            &format!("{VF}/infiniband/ionic_1/ports/1/state"),
+            "4: ACTIVE\n",
+        )
+        .file(
+            &format!("{VF}/infiniband/ionic_1/ports/1/phys_state"),
+            "3: Disabled\n",
+        )
+        .file(
+            &format!("{VF}/infiniband/ionic_1/ports/1/rate"),
+            "100 Gb/sec\n",
+        )
+        .file(&format!("{VF}/infiniband/ionic_1/fw_ver"), "9.9.9\n");
+    let inv = discover_in(&Sysfs::new(t), &DiscoveryConfig::default()).unwrap();
+    let (pf, vf) = (&inv.nics[0], &inv.nics[1]);
+    assert_eq!((pf.location.numa_node, vf.location.numa_node), (None, None));
+    // The adapter's firmware is the PF's RDMA device's.
+    assert_eq!(vf.rdma[0].name, "ionic_1");
+    assert_eq!(vf.rdma[0].firmware_version.as_deref(), Some("1.2.3"));
+    // The port's logical state and rate are the VF's, the physical port
+    // (its state, its link layer) the PF's.
+    let (pf_port, vf_port) = (&pf.rdma[0].ports[0], &vf.rdma[0].ports[0]);
+    assert_eq!(vf_port.state.as_deref(), Some("ACTIVE"));
+    assert_eq!(vf_port.rate.as_deref(), Some("100 Gb/sec"));
+    assert_eq!(vf_port.phys_state, pf_port.phys_state);
+    assert_eq!(vf_port.link_layer.as_deref(), Some("Ethernet"));
+    assert_eq!(inv.warnings.len(), 1, "{:?}", inv.warnings);
+    assert!(inv.warnings[0].starts_with("0000:04:00.0: invalid numa_node \"zero\""));
+}
+
+#[test]
+fn a_vf_of_a_pf_without_a_class_is_skipped_naming_the_pf() {
+    let t = tree().file(&format!("{PF}/class"), "nonsense\n");
+    let inv = discover_in(&Sysfs::new(t), &DiscoveryConfig::default()).unwrap();
+    assert!(inv.nics.is_empty(), "{:?}", inv.nics);
+    assert_eq!(inv.warnings.len(), 2, "{:?}", inv.warnings);
+    assert!(inv.warnings[1].contains("0000:04:00.1: its PF 0000:04:00.0 has no usable class"));
 }
