@@ -27,9 +27,19 @@ const CLASSES: [(&str, &[&str]); 2] = [
 #[derive(Debug, Default)]
 pub(crate) struct CharDevices {
     verbs: HashMap<String, CharDevice>,
-    /// (port, device) pairs.
-    umad: HashMap<String, Vec<(u32, CharDevice)>>,
-    issm: HashMap<String, Vec<(u32, CharDevice)>>,
+    umad: HashMap<String, Vec<Mad>>,
+    issm: HashMap<String, Vec<Mad>>,
+}
+
+/// A MAD char device of an RDMA device, with the port it serves.
+#[derive(Debug)]
+struct Mad {
+    /// Its class entry (`class/infiniband_mad/umad0`).
+    entry: String,
+    /// Its `port`, read only where the RDMA device has several (it orders
+    /// them; a single one needs no order).
+    port: u32,
+    dev: CharDevice,
 }
 
 /// One entry of a class directory, to be read.
@@ -54,8 +64,8 @@ pub(crate) struct EntryRead {
     resolve_warnings: Vec<String>,
     /// Warnings of reading its files.
     field_warnings: Vec<String>,
-    /// The RDMA device it opens, its device node, and its port (MAD only).
-    found: Option<(String, CharDevice, Option<u32>)>,
+    /// The RDMA device it opens and its device node.
+    found: Option<(String, CharDevice)>,
 }
 
 impl ClassEntries {
@@ -98,29 +108,52 @@ impl CharDevices {
             }
             for (entry, read) in class {
                 r.extend_warnings(read.field_warnings);
-                if let Some((ibdev, dev, port)) = read.found {
-                    all.add(&entry.name, ibdev, dev, port);
+                if let Some((ibdev, dev)) = read.found {
+                    all.add(entry, ibdev, dev);
                 }
             }
         }
-        for list in all.umad.values_mut().chain(all.issm.values_mut()) {
-            list.sort_by_key(|(port, dev)| (*port, dev.path.clone()));
-        }
+        all.order_ports(r);
         all
     }
 
-    fn add(&mut self, name: &str, ibdev: String, dev: CharDevice, port: Option<u32>) {
-        match port {
-            None => {
-                self.verbs.insert(ibdev, dev);
-            }
-            Some(port) => {
-                let map = if name.starts_with("umad") {
-                    &mut self.umad
-                } else {
-                    &mut self.issm
-                };
-                map.entry(ibdev).or_default().push((port, dev));
+    fn add(&mut self, entry: &ClassEntry, ibdev: String, dev: CharDevice) {
+        let map = if entry.class == CLASSES[0].0 {
+            self.verbs.insert(ibdev, dev);
+            return;
+        } else if entry.name.starts_with("umad") {
+            &mut self.umad
+        } else {
+            &mut self.issm
+        };
+        let entry = format!("{}/{}", entry.class, entry.name);
+        map.entry(ibdev).or_default().push(Mad {
+            entry,
+            port: 0,
+            dev,
+        });
+    }
+
+    /// Reads the `port` of the MAD devices of each RDMA device that has
+    /// several, and orders them by it; one whose port does not read is
+    /// left out (warned), as any entry whose files do not read.
+    fn order_ports<B: Backend>(&mut self, r: &mut Reader<'_, B>) {
+        for map in [&mut self.umad, &mut self.issm] {
+            let mut several: Vec<_> = map.iter_mut().filter(|(_, l)| l.len() > 1).collect();
+            several.sort_by(|a, b| a.0.cmp(b.0));
+            for (_, list) in several {
+                list.retain_mut(|mad| {
+                    let port = r.field(
+                        &mad.entry,
+                        &mad.entry,
+                        "port",
+                        parse::decimal,
+                        IfMissing::Warn,
+                    );
+                    mad.port = port.unwrap_or_default();
+                    port.is_some()
+                });
+                list.sort_by(|a, b| (a.port, &a.dev.path).cmp(&(b.port, &b.dev.path)));
             }
         }
     }
@@ -140,9 +173,9 @@ impl CharDevices {
         Self::of(&self.issm, ibdev)
     }
 
-    fn of(map: &HashMap<String, Vec<(u32, CharDevice)>>, ibdev: &str) -> Vec<CharDevice> {
+    fn of(map: &HashMap<String, Vec<Mad>>, ibdev: &str) -> Vec<CharDevice> {
         map.get(ibdev)
-            .map(|l| l.iter().map(|(_, d)| d.clone()).collect())
+            .map(|l| l.iter().map(|mad| mad.dev.clone()).collect())
             .unwrap_or_default()
     }
 }
@@ -208,15 +241,10 @@ fn read_files_quietly<B: Backend>(
     r: &Reader<'_, B>,
     entry: &ClassEntry,
     dir: &str,
-) -> Option<(String, CharDevice, Option<u32>)> {
+) -> Option<(String, CharDevice)> {
     let ibdev = r.try_field(dir, "ibdev", parse::text).ok()??;
     let dev = r.try_field(dir, "dev", parse::dev_numbers).ok()??;
-    let dev = char_device(entry, dev);
-    if entry.class == CLASSES[0].0 {
-        return Some((ibdev, dev, None));
-    }
-    let port = r.try_field(dir, "port", parse::decimal).ok()??;
-    Some((ibdev, dev, Some(port)))
+    Some((ibdev, char_device(entry, dev)))
 }
 
 fn char_device(entry: &ClassEntry, (major, minor): (u32, u32)) -> CharDevice {
@@ -227,23 +255,19 @@ fn char_device(entry: &ClassEntry, (major, minor): (u32, u32)) -> CharDevice {
     }
 }
 
-/// `ibdev` and `dev` (always both), then `port` for a MAD entry.
+/// `ibdev` and `dev` (always both; a MAD entry's `port` is read later,
+/// where it is needed).
 fn read_files<B: Backend>(
     r: &mut Reader<'_, B>,
     who: &str,
     entry: &ClassEntry,
     dir: &str,
-) -> Option<(String, CharDevice, Option<u32>)> {
+) -> Option<(String, CharDevice)> {
     let ibdev = r.field(who, dir, "ibdev", parse::text, IfMissing::Warn);
     let dev = r
         .field(who, dir, "dev", parse::dev_numbers, IfMissing::Warn)
         .map(|numbers| char_device(entry, numbers));
-    let (ibdev, dev) = (ibdev?, dev?);
-    if entry.class == CLASSES[0].0 {
-        return Some((ibdev, dev, None));
-    }
-    let port = r.field(who, dir, "port", parse::decimal, IfMissing::Warn)?;
-    Some((ibdev, dev, Some(port)))
+    Some((ibdev?, dev?))
 }
 
 /// `/dev/infiniband/rdma_cm` from `class/misc/rdma_cm/dev`, when present.

@@ -7,6 +7,7 @@ use crate::sysfs::Backend;
 use crate::sysfs::parse;
 
 use super::reader::{IfMissing, Reader};
+use super::sriov::{self, Parent, VfLinks};
 
 /// A PCI function found under `bus/pci/devices`, identified.
 #[derive(Clone, Debug)]
@@ -19,6 +20,19 @@ pub(crate) struct Function {
     pub vendor: u16,
     /// Device ID.
     pub device: u16,
+    /// Its `physfn` link: whether it is a VF, and of which PF.
+    pub physfn: Physfn,
+}
+
+/// What a function's `physfn` link says.
+#[derive(Clone, Debug)]
+pub(crate) enum Physfn {
+    /// No link: not a VF.
+    None,
+    /// A VF of this PF.
+    Parent(Parent),
+    /// A link that does not lead to a function, and why.
+    Broken(String),
 }
 
 impl Function {
@@ -28,9 +42,15 @@ impl Function {
     }
 }
 
-/// Resolves `bus/pci/devices/<name>` and reads vendor and device; `None`
-/// (with a warning naming it) when the entry cannot be used.
-pub(crate) fn identify<B: Backend>(r: &mut Reader<'_, B>, name: &str) -> Option<Function> {
+/// Resolves `bus/pci/devices/<name>` and reads vendor and device (a VF's
+/// are its PF's vendor and VF device ID, as Linux sets them, read once per
+/// PF through `links`); `None` (with a warning naming it) when the entry
+/// cannot be used.
+pub(crate) fn identify<B: Backend>(
+    r: &mut Reader<'_, B>,
+    name: &str,
+    links: &mut VfLinks,
+) -> Option<Function> {
     let Ok(address) = name.parse::<PciAddress>() else {
         r.warn(
             &format!("bus/pci/devices/{name}"),
@@ -62,13 +82,24 @@ pub(crate) fn identify<B: Backend>(r: &mut Reader<'_, B>, name: &str) -> Option<
         );
         return None;
     }
-    let vendor = r.required(name, &dir, "vendor", parse::hex_u16)?;
-    let device = r.required(name, &dir, "device", parse::hex_u16)?;
+    let physfn = sriov::physfn(r, &dir);
+    let from_pf = match &physfn {
+        Physfn::Parent(pf) => links.vf_ids(r, pf),
+        _ => None,
+    };
+    let (vendor, device) = match from_pf {
+        Some(ids) => ids,
+        None => (
+            r.required(name, &dir, "vendor", parse::hex_u16)?,
+            r.required(name, &dir, "device", parse::hex_u16)?,
+        ),
+    };
     Some(Function {
         address,
         dir,
         vendor,
         device,
+        physfn,
     })
 }
 

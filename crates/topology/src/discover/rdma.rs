@@ -9,8 +9,8 @@ use super::function::Function;
 use super::reader::{IfMissing, Reader};
 
 /// What a VF's RDMA devices take from its PF's first one: the adapter's
-/// firmware, and each port's physical state and link layer (the physical
-/// port is the PF's, shared by its VFs).
+/// firmware, the port numbers, and each port's physical state and link
+/// layer (the physical port is the PF's, shared by its VFs).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FromPf {
     pub firmware: Option<String>,
@@ -32,7 +32,10 @@ pub(crate) fn rdma_devices<B: Backend>(
                 Some(pf) => pf.firmware.clone(),
                 None => firmware_version(r, f, &name),
             },
-            ports: ports(r, f, &name, from_pf.map_or(&[][..], |pf| &pf.ports)),
+            ports: match from_pf {
+                Some(pf) if !pf.ports.is_empty() => vf_ports(r, f, &name, &pf.ports),
+                _ => ports(r, f, &name),
+            },
             uverbs: chars.verbs(&name),
             umad: chars.umad(&name),
             issm: chars.issm(&name),
@@ -61,7 +64,7 @@ pub(crate) fn from_pf<B: Backend>(r: &mut Reader<'_, B>, f: &Function) -> FromPf
     };
     FromPf {
         firmware: firmware_version(r, f, &first),
-        ports: ports(r, f, &first, &[]),
+        ports: ports(r, f, &first),
     }
 }
 
@@ -75,14 +78,8 @@ pub(crate) fn firmware_version<B: Backend>(
     r.field(&f.who(), &f.dir, &file, parse::text, IfMissing::Quiet)
 }
 
-/// The ports of `ibdev`; where `physical` has the same port number (the
-/// PF's, for a VF), its physical state and link layer are taken from it.
-fn ports<B: Backend>(
-    r: &mut Reader<'_, B>,
-    f: &Function,
-    ibdev: &str,
-    physical: &[RdmaPort],
-) -> Vec<RdmaPort> {
+/// The ports of `ibdev`, as listed.
+fn ports<B: Backend>(r: &mut Reader<'_, B>, f: &Function, ibdev: &str) -> Vec<RdmaPort> {
     let who = f.who();
     let rel = format!("infiniband/{ibdev}/ports");
     let entries = match r.fs.list(&format!("{}/{rel}", f.dir)) {
@@ -102,18 +99,29 @@ fn ports<B: Backend>(
     numbers.sort_unstable();
     numbers
         .into_iter()
-        .map(
-            |number| match physical.iter().find(|p| p.number == number) {
-                Some(physical) => RdmaPort {
-                    number,
-                    state: state(r, f, ibdev, number),
-                    phys_state: physical.phys_state.clone(),
-                    rate: rate(r, f, ibdev, number),
-                    link_layer: physical.link_layer.clone(),
-                },
-                None => port(r, f, ibdev, number),
-            },
-        )
+        .map(|number| port(r, f, ibdev, number))
+        .collect()
+}
+
+/// The ports of a VF's `ibdev`: those of its PF (`physical`), the port's
+/// logical state and rate read from the VF, its physical state and link
+/// layer the PF's. A VF's RDMA device has its PF's ports; one that lacked
+/// a port would say so in a warning (its state cannot be read).
+fn vf_ports<B: Backend>(
+    r: &mut Reader<'_, B>,
+    f: &Function,
+    ibdev: &str,
+    physical: &[RdmaPort],
+) -> Vec<RdmaPort> {
+    physical
+        .iter()
+        .map(|pf_port| RdmaPort {
+            number: pf_port.number,
+            state: state(r, f, ibdev, pf_port.number),
+            phys_state: pf_port.phys_state.clone(),
+            rate: rate(r, f, ibdev, pf_port.number),
+            link_layer: pf_port.link_layer.clone(),
+        })
         .collect()
 }
 

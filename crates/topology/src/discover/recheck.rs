@@ -73,6 +73,7 @@ fn first_difference<B: Backend>(r: &mut Reader<'_, B>, held: &NicFunction) -> Op
         dir: format!("bus/pci/devices/{}", held.address),
         vendor: held.ids.vendor,
         device: held.ids.device,
+        physfn: function::Physfn::None,
     };
     if function::pcie_link(r, &f) != held.pcie_link {
         return Some("PCIe link".into());

@@ -29,7 +29,7 @@ pub(crate) fn scan<B: Backend>(
     let mut by_pf = shared::ByPf::default();
     let (mut nics, mut gpus) = (Vec::new(), Vec::new());
     for name in names {
-        let Some(f) = function::identify(&mut r, name) else {
+        let Some(f) = function::identify(&mut r, name, &mut vf_links) else {
             continue;
         };
         if config.is_nic(f.vendor, f.device) {

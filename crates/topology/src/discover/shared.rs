@@ -79,6 +79,7 @@ impl ByPf {
                     // Only the address and directory are read below.
                     vendor: vf.vendor,
                     device: vf.device,
+                    physfn: function::Physfn::None,
                 };
                 let shared = Shared::read(r, &f)?;
                 let rdma = rdma::from_pf(r, &f);

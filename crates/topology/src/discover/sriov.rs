@@ -6,14 +6,16 @@ use crate::model::FunctionKind;
 use crate::pci::PciAddress;
 use crate::sysfs::{Backend, parse};
 
-use super::function::Function;
+use super::function::{Function, Physfn};
 use super::reader::{IfMissing, Reader};
 
-/// The VFs of each PF seen so far (`virtfnN` → address, N order), read
-/// once per PF whichever of the PF or its VFs is met first.
+/// What one discovery thread learnt of each PF it met (through the PF or
+/// one of its VFs): its VFs (`virtfnN` → address, N order) and the vendor
+/// and device ID its VFs have.
 #[derive(Debug, Default)]
 pub(crate) struct VfLinks {
     by_pf: HashMap<PciAddress, Vec<(u32, PciAddress)>>,
+    vf_ids: HashMap<PciAddress, Option<(u16, u16)>>,
 }
 
 impl VfLinks {
@@ -27,6 +29,21 @@ impl VfLinks {
             .entry(pf)
             .or_insert_with(|| read_virtfns(r, &pf.to_string(), pf_dir))
     }
+
+    /// The vendor and device ID of `pf`'s VFs: the PF's `vendor` and
+    /// `sriov_vf_device`, which Linux copies into each VF. `None` when
+    /// either does not read (the VF's own files are read then, and warn).
+    pub(crate) fn vf_ids<B: Backend>(
+        &mut self,
+        r: &mut Reader<'_, B>,
+        pf: &Parent,
+    ) -> Option<(u16, u16)> {
+        *self.vf_ids.entry(pf.address).or_insert_with(|| {
+            let vendor = r.try_field(&pf.dir, "vendor", parse::hex_u16).ok()??;
+            let device = r.try_field(&pf.dir, "sriov_vf_device", parse::hex_u16);
+            Some((vendor, device.ok()??))
+        })
+    }
 }
 
 /// A function's place in SR-IOV: its kind and, for a VF, its PF.
@@ -37,6 +54,7 @@ pub(crate) struct Sriov {
 }
 
 /// A VF's PF, as found through the VF's `physfn` link.
+#[derive(Clone, Debug)]
 pub(crate) struct Parent {
     pub address: PciAddress,
     pub dir: String,
@@ -50,11 +68,9 @@ pub(crate) fn kind<B: Backend>(
     links: &mut VfLinks,
 ) -> Option<Sriov> {
     let who = f.who();
-    // Resolved first: on a node of VFs the link is there far more often.
-    let physfn = format!("{}/physfn", f.dir);
-    let (pf, pf_dir) = match resolve_function(r, &physfn) {
-        Ok(found) => found,
-        Err(_) if !r.fs.exists(&physfn) => {
+    let (pf, pf_dir) = match &f.physfn {
+        Physfn::Parent(parent) => (parent.address, &parent.dir),
+        Physfn::None => {
             let total_vfs = r.field(
                 &who,
                 &f.dir,
@@ -72,7 +88,7 @@ pub(crate) fn kind<B: Backend>(
                 parent: None,
             });
         }
-        Err(why) => {
+        Physfn::Broken(why) => {
             r.warn(
                 &who,
                 format!("cannot resolve physfn link: {why}; device skipped"),
@@ -81,7 +97,7 @@ pub(crate) fn kind<B: Backend>(
         }
     };
     let index = links
-        .of(r, pf, &pf_dir)
+        .of(r, pf, pf_dir)
         .iter()
         .find(|(_, vf)| *vf == f.address)
         .map(|(n, _)| *n);
@@ -90,7 +106,7 @@ pub(crate) fn kind<B: Backend>(
             kind: FunctionKind::Vf { physfn: pf, index },
             parent: Some(Parent {
                 address: pf,
-                dir: pf_dir,
+                dir: pf_dir.clone(),
             }),
         }),
         None => {
@@ -100,6 +116,17 @@ pub(crate) fn kind<B: Backend>(
             );
             None
         }
+    }
+}
+
+/// What the `physfn` link of the function in `dir` says. Resolved first
+/// of all: on a node of VFs the link is there far more often than not.
+pub(crate) fn physfn<B: Backend>(r: &Reader<'_, B>, dir: &str) -> Physfn {
+    let link = format!("{dir}/physfn");
+    match resolve_function(r, &link) {
+        Ok((address, dir)) => Physfn::Parent(Parent { address, dir }),
+        Err(_) if !r.fs.exists(&link) => Physfn::None,
+        Err(why) => Physfn::Broken(why),
     }
 }
 

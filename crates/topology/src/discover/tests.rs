@@ -223,3 +223,68 @@ fn a_vf_of_a_pf_without_a_class_is_skipped_naming_the_pf() {
     assert_eq!(inv.warnings.len(), 2, "{:?}", inv.warnings);
     assert!(inv.warnings[1].contains("0000:04:00.1: its PF 0000:04:00.0 has no usable class"));
 }
+
+#[test]
+fn a_vf_is_identified_by_its_pf_when_the_pf_names_its_vf_device() {
+    // The VF's own vendor and device are not read: Linux copies them from
+    // the PF's vendor and `sriov_vf_device`.
+    let t = tree()
+        .file(&format!("{PF}/sriov_vf_device"), "1003\n")
+        .file(&format!("{VF}/vendor"), "0xzz\n")
+        .file(&format!("{VF}/device"), "0xzz\n");
+    let inv = discover_in(&Sysfs::new(t), &DiscoveryConfig::default()).unwrap();
+    let vf = &inv.nics[1];
+    assert_eq!((vf.ids.vendor, vf.ids.device), (0x1dd8, 0x1003));
+    assert!(inv.warnings.is_empty(), "{:?}", inv.warnings);
+
+    // Without it, the VF's own files are read (and a bad one warned).
+    let t = tree().file(&format!("{VF}/device"), "0xzz\n");
+    let inv = discover_in(&Sysfs::new(t), &DiscoveryConfig::default()).unwrap();
+    assert_eq!(inv.nics.len(), 1);
+    assert!(
+        inv.warnings[0].starts_with("0000:04:00.1: invalid device"),
+        "{:?}",
+        inv.warnings
+    );
+}
+
+/// Adds a MAD entry of `ionic_0` to `t`, with `port` when given.
+fn mad(t: MemBackend, name: &str, port: Option<&str>, minor: u32) -> MemBackend {
+    let dir = format!("class/infiniband_mad/{name}");
+    let t = t
+        .file(&format!("{dir}/ibdev"), "ionic_0\n")
+        .file(&format!("{dir}/dev"), &format!("231:{minor}\n"));
+    match port {
+        Some(port) => t.file(&format!("{dir}/port"), port),
+        None => t,
+    }
+}
+
+/// The umad paths of the PF's RDMA device, and the warnings.
+fn umad_paths(t: MemBackend) -> (Vec<String>, Vec<String>) {
+    let inv = discover_in(&Sysfs::new(t), &DiscoveryConfig::default()).unwrap();
+    let umad = &inv.nics[0].rdma[0].umad;
+    (umad.iter().map(|c| c.path.clone()).collect(), inv.warnings)
+}
+
+#[test]
+fn mad_devices_of_a_device_with_several_ports_are_ordered_by_port() {
+    // The tree's umad0 serves port 1 of ionic_0.
+    let t = mad(
+        mad(tree(), "umad5", Some("2\n"), 5),
+        "umad6",
+        Some("1\n"),
+        6,
+    );
+    let (paths, warnings) = umad_paths(t);
+    let expected = ["umad0", "umad6", "umad5"].map(|n| format!("/dev/infiniband/{n}"));
+    assert_eq!(paths, expected);
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    // Where the order is needed, a port that does not read costs its entry.
+    let t = mad(mad(tree(), "umad5", None, 5), "umad6", Some("1\n"), 6);
+    let (paths, warnings) = umad_paths(t);
+    assert_eq!(paths, ["/dev/infiniband/umad0", "/dev/infiniband/umad6"]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].starts_with("class/infiniband_mad/umad5: cannot read port: missing"));
+}
