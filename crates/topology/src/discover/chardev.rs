@@ -1,5 +1,11 @@
 //! The RDMA character devices of the node (`class/infiniband_verbs`,
-//! `class/infiniband_mad`), keyed by the RDMA device they open.
+//! `class/infiniband_mad`), keyed by the function whose RDMA device they
+//! open or, where their link does not say, by the RDMA device's name.
+//!
+//! An entry's link (`../../devices/…/<function>/infiniband_verbs/uverbs5`)
+//! names its function: reading it is one call, reading its `ibdev` file
+//! three, for each of the 6,000 entries of an 8 PF × 256 VF node. The name
+//! is read after all where a function has several RDMA devices.
 //!
 //! Read in three steps so that the middle one, a few files per entry and
 //! thousands of entries on an SR-IOV node, can be split over threads:
@@ -23,23 +29,37 @@ const CLASSES: [(&str, &[&str]); 2] = [
     ("class/infiniband_mad", &["umad", "issm"]),
 ];
 
-/// The verbs and MAD char devices of the node, keyed by RDMA device name.
+/// The verbs and MAD char devices of the node.
 #[derive(Debug, Default)]
 pub(crate) struct CharDevices {
-    verbs: HashMap<String, CharDevice>,
-    umad: HashMap<String, Vec<Mad>>,
-    issm: HashMap<String, Vec<Mad>>,
+    /// By the directory of the function whose RDMA device they open.
+    by_function: HashMap<String, Vec<Found>>,
+    /// By RDMA device name, where the entry's link did not say.
+    by_ibdev: HashMap<String, Vec<Found>>,
 }
 
-/// A MAD char device of an RDMA device, with the port it serves.
-#[derive(Debug)]
-struct Mad {
-    /// Its class entry (`class/infiniband_mad/umad0`).
-    entry: String,
-    /// Its `port`, read only where the RDMA device has several (it orders
-    /// them; a single one needs no order).
-    port: u32,
+/// A char device, with the class entry it was found by.
+#[derive(Clone, Debug)]
+struct Found {
+    entry: ClassEntry,
     dev: CharDevice,
+}
+
+/// Who an entry's device belongs to.
+#[derive(Debug)]
+enum Owner {
+    /// The function in this directory.
+    Function(String),
+    /// The RDMA device of this name.
+    Ibdev(String),
+}
+
+/// The char devices of one RDMA device.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceNodes {
+    pub uverbs: Option<CharDevice>,
+    pub umad: Vec<CharDevice>,
+    pub issm: Vec<CharDevice>,
 }
 
 /// One entry of a class directory, to be read.
@@ -64,8 +84,8 @@ pub(crate) struct EntryRead {
     resolve_warnings: Vec<String>,
     /// Warnings of reading its files.
     field_warnings: Vec<String>,
-    /// The RDMA device it opens and its device node.
-    found: Option<(String, CharDevice)>,
+    /// Whose device it opens, and its device node.
+    found: Option<(Owner, CharDevice)>,
 }
 
 impl ClassEntries {
@@ -108,75 +128,76 @@ impl CharDevices {
             }
             for (entry, read) in class {
                 r.extend_warnings(read.field_warnings);
-                if let Some((ibdev, dev)) = read.found {
-                    all.add(entry, ibdev, dev);
+                if let Some((owner, dev)) = read.found {
+                    let map = match owner {
+                        Owner::Function(dir) => all.by_function.entry(dir),
+                        Owner::Ibdev(name) => all.by_ibdev.entry(name),
+                    };
+                    let entry = entry.clone();
+                    map.or_default().push(Found { entry, dev });
                 }
             }
         }
-        all.order_ports(r);
         all
     }
 
-    fn add(&mut self, entry: &ClassEntry, ibdev: String, dev: CharDevice) {
-        let map = if entry.class == CLASSES[0].0 {
-            self.verbs.insert(ibdev, dev);
-            return;
-        } else if entry.name.starts_with("umad") {
-            &mut self.umad
-        } else {
-            &mut self.issm
+    /// The char devices of the RDMA device `ibdev` of the function in
+    /// `function_dir`; `sole` when it is the function's only one (else the
+    /// name of each device found by the function is read, to match).
+    pub(crate) fn of<B: Backend>(
+        &self,
+        r: &mut Reader<'_, B>,
+        function_dir: &str,
+        ibdev: &str,
+        sole: bool,
+    ) -> DeviceNodes {
+        let mut found: Vec<&Found> = self.by_ibdev.get(ibdev).into_iter().flatten().collect();
+        let by_function = self.by_function.get(function_dir).into_iter().flatten();
+        found.extend(by_function.filter(|f| {
+            sole || r
+                .try_field(&f.entry.who(), "ibdev", parse::text)
+                .ok()
+                .flatten()
+                .as_deref()
+                == Some(ibdev)
+        }));
+        let of_kind = |prefix: &'static str| -> Vec<&Found> {
+            let kind = found.iter().filter(|f| f.entry.name.starts_with(prefix));
+            kind.copied().collect()
         };
-        let entry = format!("{}/{}", entry.class, entry.name);
-        map.entry(ibdev).or_default().push(Mad {
-            entry,
-            port: 0,
-            dev,
-        });
-    }
-
-    /// Reads the `port` of the MAD devices of each RDMA device that has
-    /// several, and orders them by it; one whose port does not read is
-    /// left out (warned), as any entry whose files do not read.
-    fn order_ports<B: Backend>(&mut self, r: &mut Reader<'_, B>) {
-        for map in [&mut self.umad, &mut self.issm] {
-            let mut several: Vec<_> = map.iter_mut().filter(|(_, l)| l.len() > 1).collect();
-            several.sort_by(|a, b| a.0.cmp(b.0));
-            for (_, list) in several {
-                list.retain_mut(|mad| {
-                    let port = r.field(
-                        &mad.entry,
-                        &mad.entry,
-                        "port",
-                        parse::decimal,
-                        IfMissing::Warn,
-                    );
-                    mad.port = port.unwrap_or_default();
-                    port.is_some()
-                });
-                list.sort_by(|a, b| (a.port, &a.dev.path).cmp(&(b.port, &b.dev.path)));
-            }
+        let (uverbs, umad, issm) = (of_kind("uverbs"), of_kind("umad"), of_kind("issm"));
+        DeviceNodes {
+            uverbs: uverbs.first().map(|f| f.dev.clone()),
+            umad: by_port(r, umad),
+            issm: by_port(r, issm),
         }
     }
+}
 
-    /// The verbs device of `ibdev`.
-    pub(crate) fn verbs(&self, ibdev: &str) -> Option<CharDevice> {
-        self.verbs.get(ibdev).cloned()
+/// MAD devices of one RDMA device, by port: where there are several, each
+/// one's `port` is read to order them, and one whose port does not read is
+/// left out (warned), as any entry whose files do not read. A single one
+/// needs no order and its port is not read.
+fn by_port<B: Backend>(r: &mut Reader<'_, B>, found: Vec<&Found>) -> Vec<CharDevice> {
+    if found.len() < 2 {
+        return found.into_iter().map(|f| f.dev.clone()).collect();
     }
+    let mut ported: Vec<(u32, &CharDevice)> = found
+        .into_iter()
+        .filter_map(|f| {
+            let who = f.entry.who();
+            let port = r.field(&who, &who, "port", parse::decimal, IfMissing::Warn)?;
+            Some((port, &f.dev))
+        })
+        .collect();
+    ported.sort_by(|a, b| (a.0, &a.1.path).cmp(&(b.0, &b.1.path)));
+    ported.into_iter().map(|(_, dev)| dev.clone()).collect()
+}
 
-    /// The MAD devices of `ibdev`, by port.
-    pub(crate) fn umad(&self, ibdev: &str) -> Vec<CharDevice> {
-        Self::of(&self.umad, ibdev)
-    }
-
-    /// The subnet-management devices of `ibdev`, by port.
-    pub(crate) fn issm(&self, ibdev: &str) -> Vec<CharDevice> {
-        Self::of(&self.issm, ibdev)
-    }
-
-    fn of(map: &HashMap<String, Vec<Mad>>, ibdev: &str) -> Vec<CharDevice> {
-        map.get(ibdev)
-            .map(|l| l.iter().map(|mad| mad.dev.clone()).collect())
-            .unwrap_or_default()
+impl ClassEntry {
+    /// Its path, as warnings name it (`class/infiniband_mad/umad0`).
+    fn who(&self) -> String {
+        format!("{}/{}", self.class, self.name)
     }
 }
 
@@ -198,15 +219,14 @@ fn class_names<B: Backend>(r: &mut Reader<'_, B>, class: &str, prefixes: &[&str]
     }
 }
 
-/// Reads one entry's files through its link; an entry that does not read
-/// whole that way is resolved (once, not once per file) and read again,
-/// so that its warnings name what is wrong with it.
+/// Reads one entry through its link; an entry that does not read whole
+/// that way is resolved (once, not once per file) and read again, so that
+/// its warnings name what is wrong with it.
 fn read_entry<B: Backend>(fs: &Sysfs<B>, entry: &ClassEntry) -> EntryRead {
-    let who = format!("{}/{}", entry.class, entry.name);
-    // The kernel follows the link (openat2 beneath the root): three files,
-    // not a link read and two `lstat`s more, for each of the thousands of
-    // entries of an SR-IOV node.
-    if let Some(found) = read_files_quietly(&Reader::new(fs), entry, &who) {
+    let who = entry.who();
+    // The kernel follows the link (openat2 beneath the root): a link read
+    // and a file, not two `lstat`s and three files more.
+    if let Some(found) = read_quietly(fs, entry, &who) {
         return EntryRead {
             resolve_warnings: Vec::new(),
             field_warnings: Vec::new(),
@@ -231,20 +251,53 @@ fn read_entry<B: Backend>(fs: &Sysfs<B>, entry: &ClassEntry) -> EntryRead {
     EntryRead {
         resolve_warnings,
         field_warnings: r.into_warnings(),
-        found,
+        found: found.map(|(ibdev, dev)| (Owner::Ibdev(ibdev), dev)),
     }
 }
 
-/// [`read_files`] when every file reads and parses; `None` otherwise,
-/// without a warning (the careful path then says what is wrong).
-fn read_files_quietly<B: Backend>(
-    r: &Reader<'_, B>,
+/// The entry's owner and device when its `dev` reads and either its link
+/// names its function or its `ibdev` reads; `None` otherwise, without a
+/// warning (the careful path then says what is wrong).
+fn read_quietly<B: Backend>(
+    fs: &Sysfs<B>,
     entry: &ClassEntry,
-    dir: &str,
-) -> Option<(String, CharDevice)> {
-    let ibdev = r.try_field(dir, "ibdev", parse::text).ok()??;
-    let dev = r.try_field(dir, "dev", parse::dev_numbers).ok()??;
-    Some((ibdev, char_device(entry, dev)))
+    who: &str,
+) -> Option<(Owner, CharDevice)> {
+    let r = Reader::new(fs);
+    let dev = r.try_field(who, "dev", parse::dev_numbers).ok()??;
+    let owner = match function_of(fs, entry) {
+        Some(dir) => Owner::Function(dir),
+        None => Owner::Ibdev(r.try_field(who, "ibdev", parse::text).ok()??),
+    };
+    Some((owner, char_device(entry, dev)))
+}
+
+/// The function directory the entry's link names, when the link reads as
+/// the kernel makes it: relative, to `<function>/<class name>/<entry>`.
+/// Only compared with the directories of the functions discovered; nothing
+/// is opened through it.
+fn function_of<B: Backend>(fs: &Sysfs<B>, entry: &ClassEntry) -> Option<String> {
+    let target = fs.link_target(&entry.who()).ok()?;
+    let target = target.to_str().filter(|t| !t.starts_with('/'))?;
+    let mut parts: Vec<&str> = entry.class.split('/').collect();
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    let class_name = entry.class.rsplit('/').next()?;
+    match parts.as_slice() {
+        [dir @ .., class, name]
+            if !dir.is_empty() && *class == class_name && *name == entry.name =>
+        {
+            Some(dir.join("/"))
+        }
+        _ => None,
+    }
 }
 
 fn char_device(entry: &ClassEntry, (major, minor): (u32, u32)) -> CharDevice {

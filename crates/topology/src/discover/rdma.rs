@@ -25,21 +25,26 @@ pub(crate) fn rdma_devices<B: Backend>(
     chars: &CharDevices,
     from_pf: Option<&FromPf>,
 ) -> Vec<RdmaDevice> {
-    device_names(r, f)
+    let names = device_names(r, f);
+    let sole = names.len() == 1;
+    names
         .into_iter()
-        .map(|name| RdmaDevice {
-            firmware_version: match from_pf {
-                Some(pf) => pf.firmware.clone(),
-                None => firmware_version(r, f, &name),
-            },
-            ports: match from_pf {
-                Some(pf) if !pf.ports.is_empty() => vf_ports(r, f, &name, &pf.ports),
-                _ => ports(r, f, &name),
-            },
-            uverbs: chars.verbs(&name),
-            umad: chars.umad(&name),
-            issm: chars.issm(&name),
-            name,
+        .map(|name| {
+            let nodes = chars.of(r, &f.dir, &name, sole);
+            RdmaDevice {
+                firmware_version: match from_pf {
+                    Some(pf) => pf.firmware.clone(),
+                    None => firmware_version(r, f, &name),
+                },
+                ports: match from_pf {
+                    Some(pf) if !pf.ports.is_empty() => vf_ports(r, f, &name, &pf.ports),
+                    _ => ports(r, f, &name),
+                },
+                uverbs: nodes.uverbs,
+                umad: nodes.umad,
+                issm: nodes.issm,
+                name,
+            }
         })
         .collect()
 }

@@ -288,3 +288,45 @@ fn mad_devices_of_a_device_with_several_ports_are_ordered_by_port() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].starts_with("class/infiniband_mad/umad5: cannot read port: missing"));
 }
+
+/// Adds a verbs entry whose class link leads into `function`, as the
+/// kernel makes them.
+fn linked_verbs(t: MemBackend, function: &str, name: &str, ibdev: &str, minor: u32) -> MemBackend {
+    let dir = format!("{function}/infiniband_verbs/{name}");
+    t.file(&format!("{dir}/ibdev"), &format!("{ibdev}\n"))
+        .file(&format!("{dir}/dev"), &format!("231:{minor}\n"))
+        .file(
+            &format!("{function}/infiniband/{ibdev}/ports/1/state"),
+            "4: ACTIVE\n",
+        )
+        .link(
+            &format!("class/infiniband_verbs/{name}"),
+            &format!("../../{dir}"),
+        )
+}
+
+#[test]
+fn a_verbs_entry_belongs_to_the_function_its_link_names() {
+    // The PF has three RDMA devices: ionic_0 (its class entry is a plain
+    // directory: found by name), ionic_7 and ionic_9 (found by the PF's
+    // directory, then told apart by name). The VF has one: its entry's
+    // link decides, whatever its `ibdev` says.
+    let t = linked_verbs(tree(), PF, "uverbs7", "ionic_7", 7);
+    let t = linked_verbs(t, PF, "uverbs9", "ionic_9", 9);
+    let t = linked_verbs(t, VF, "uverbs1", "ionic_1", 1)
+        .file(&format!("{VF}/infiniband_verbs/uverbs1/ibdev"), "stale\n");
+    let inv = discover_in(&Sysfs::new(t), &DiscoveryConfig::default()).unwrap();
+    let minors = |nic: &NicFunction| -> Vec<(String, Option<u32>)> {
+        let minor = |d: &crate::model::RdmaDevice| d.uverbs.as_ref().map(|c| c.minor);
+        nic.rdma
+            .iter()
+            .map(|d| (d.name.clone(), minor(d)))
+            .collect()
+    };
+    let expected = [("ionic_0", 192), ("ionic_7", 7), ("ionic_9", 9)];
+    assert_eq!(
+        minors(&inv.nics[0]),
+        expected.map(|(n, m)| (n.to_string(), Some(m)))
+    );
+    assert_eq!(minors(&inv.nics[1]), [("ionic_1".to_string(), Some(1))]);
+}

@@ -231,6 +231,19 @@ impl<B: Backend> Sysfs<B> {
     /// The last component of the target of the link at `path`, without
     /// following it (e.g. the driver name from a `driver` link).
     pub fn link_name(&self, path: &str) -> Result<String, FsError> {
+        self.link_target(path)?
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+            .ok_or_else(|| FsError::WrongKind {
+                path: path.into(),
+                expected: "symlink to a named entry",
+            })
+    }
+
+    /// The target text of the link at `path`, not followed (its directory
+    /// is resolved first).
+    pub fn link_target(&self, path: &str) -> Result<PathBuf, FsError> {
         let (parent, name) = path.rsplit_once('/').unwrap_or(("", path));
         let (real_parent, _) = self.resolve(parent)?;
         let real = join(&real_parent, name);
@@ -241,18 +254,10 @@ impl<B: Backend> Sysfs<B> {
                 expected: "symlink",
             });
         }
-        let target = match target {
-            Some(target) => target,
-            None => self.backend.read_link(&real).map_err(|e| io_err(path, e))?,
-        };
-        target
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(str::to_string)
-            .ok_or_else(|| FsError::WrongKind {
-                path: path.into(),
-                expected: "symlink to a named entry",
-            })
+        match target {
+            Some(target) => Ok(target),
+            None => self.backend.read_link(&real).map_err(|e| io_err(path, e)),
+        }
     }
 
     /// True when an entry (of any kind, links not followed) exists at `path`.
