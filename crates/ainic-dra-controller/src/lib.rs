@@ -44,6 +44,7 @@ use dra_model::partitions::NODE_LABELS;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use kube::core::PartialObjectMeta;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -115,7 +116,10 @@ async fn index_slices(
 /// Feeds a nudge into `nudges` when a Node comes or goes or one of the
 /// fabric labels the controller keeps changes: not on the status updates
 /// every kubelet sends.
-async fn nudge_on_nodes(mut seen: mpsc::Receiver<Seen<Node>>, nudges: mpsc::Sender<()>) {
+async fn nudge_on_nodes(
+    mut seen: mpsc::Receiver<Seen<PartialObjectMeta<Node>>>,
+    nudges: mpsc::Sender<()>,
+) {
     let mut labels: BTreeMap<String, Vec<Option<String>>> = BTreeMap::new();
     while let Some(event) = seen.recv().await {
         let relevant = match event {
@@ -155,7 +159,10 @@ fn start_watches(
     let seen = watch(slices.clone(), by_driver, "resource slices");
     let indexing = index_slices(seen, index.clone(), nudge_tx.clone());
     tasks.spawn_critical("slice watch", indexing);
-    let seen = watch(nodes.clone(), String::new(), "nodes");
+    // Metadata only: at 5,000 nodes whole Nodes (images, conditions) would
+    // be most of what the watch carries and decodes, for labels.
+    let node_metadata: kube::Api<PartialObjectMeta<Node>> = kube::Api::all(client.clone());
+    let seen = watch(node_metadata, String::new(), "nodes");
     tasks.spawn_critical("node watch", nudge_on_nodes(seen, nudge_tx.clone()));
     let seen = watch(claims.clone(), String::new(), "resource claims");
     tasks.spawn_critical("claim watch", nudge_on(seen, nudge_tx));

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use dra_model::ModelConfig;
 use dra_model::fabric::FabricFile;
 use k8s_openapi::api::core::v1::Node;
+use kube::core::PartialObjectMeta;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -226,7 +227,9 @@ pub(crate) fn follow(
     tasks: &ainic_dra_daemon::Tasks,
 ) -> watch::Receiver<Desired> {
     let (desired_tx, desired) = watch::channel(first);
-    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    // Its metadata alone: labels are all this follows, and the kubelet's
+    // status updates then cost a small event, not a whole Node to decode.
+    let nodes: kube::Api<PartialObjectMeta<Node>> = kube::Api::all(client.clone());
     let fields = format!("metadata.name={}", inputs.node);
     let mut seen = watch_for(nodes, fields, "node", inputs.watches);
     let mut fabric = Some(inputs.fabric.clone());

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
@@ -54,15 +54,15 @@ pub(crate) struct KubeNodeEvents {
 
 impl KubeNodeEvents {
     /// Events about `node`, reported by `driver`'s node agent.
-    pub(crate) fn new(client: &kube::Client, node: &Node, driver: &str) -> Self {
-        let name = node.metadata.name.clone().unwrap_or_default();
+    pub(crate) fn new(client: &kube::Client, node: &ObjectMeta, driver: &str) -> Self {
+        let name = node.name.clone().unwrap_or_default();
         KubeNodeEvents {
             api: Api::namespaced(client.clone(), NAMESPACE),
             regarding: ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
                 name: Some(name.clone()),
-                uid: node.metadata.uid.clone(),
+                uid: node.uid.clone(),
                 ..ObjectReference::default()
             },
             controller: format!("{driver}/node-agent"),

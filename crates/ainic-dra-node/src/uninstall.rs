@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use kube::core::PartialObjectMeta;
 
 use super::checkpoint;
 use ainic_dra_daemon::follow::{self, Seen};
@@ -123,7 +124,10 @@ pub(crate) fn follow_daemonset(
     tasks: &ainic_dra_daemon::Tasks,
 ) -> Arc<AtomicBool> {
     let deleted = Arc::new(AtomicBool::new(false));
-    let api: kube::Api<DaemonSet> = kube::Api::namespaced(client, namespace);
+    // Its metadata alone: the deletion is all this looks for, and a full
+    // DaemonSet would bring the pod template's decoder (about 0.3 MB of
+    // the binary) and its text (the server sends metadata only).
+    let api: kube::Api<PartialObjectMeta<DaemonSet>> = kube::Api::namespaced(client, namespace);
     let fields = format!("metadata.name={name}");
     let mut seen = follow::watch_for(api, fields, "agent DaemonSet", lifetime);
     let flag = deleted.clone();

@@ -17,6 +17,7 @@ use ainic_dra_daemon::follow::Lifetime;
 use ainic_dra_daemon::{Stopped, Supervisor, TaskFailed, shutdown_signal};
 use dra_model::Release;
 use k8s_openapi::api::core::v1::Node;
+use kube::core::PartialObjectMeta;
 use tokio::sync::watch;
 
 use crate::classic::ClassicSettings;
@@ -56,8 +57,9 @@ pub struct AgentConfig {
 /// The Node, read with retries (capped backoff, for ever): nothing is
 /// published before, since a model built without its labels would drop a
 /// tenant label and publish fenced NICs unfenced.
-async fn read_node(client: &kube::Client, node: &str, backoff: Backoff) -> Node {
-    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+async fn read_node(client: &kube::Client, node: &str, backoff: Backoff) -> PartialObjectMeta<Node> {
+    // Its metadata alone (labels, uid): nothing here reads its status.
+    let nodes: kube::Api<PartialObjectMeta<Node>> = kube::Api::all(client.clone());
     let mut failures = 0;
     loop {
         failures += 1;

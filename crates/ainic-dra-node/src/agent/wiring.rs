@@ -193,9 +193,13 @@ impl Wiring {
         }
         .map_err(|e| AgentError::Model(e.into()))?;
         let (first, problem) = desired::decide(&state, |_| Ok(model.clone()));
-        let events = Arc::new(KubeNodeEvents::new(&self.client, &node, &self.driver));
+        let events = Arc::new(KubeNodeEvents::new(
+            &self.client,
+            &node.metadata,
+            &self.driver,
+        ));
         if let Some(queued) = self.health_events.take() {
-            let health = KubeNodeEvents::new(&self.client, &node, &self.driver)
+            let health = KubeNodeEvents::new(&self.client, &node.metadata, &self.driver)
                 .with_action("AssessNicHealth");
             let posting = post_health_events(queued, Arc::new(health));
             self.tasks.spawn_critical("health events", posting);

@@ -37,6 +37,7 @@ use dra_model::dropped;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use tracing::{Instrument, info_span, warn};
 
 pub use ainic_dra_daemon::backoff::{self, Backoff, Sleeper, TokioSleeper};
@@ -156,7 +157,8 @@ struct ServerFields {
 /// Publishes one node's ResourceSlices.
 pub struct SlicePublisher {
     slices: Api<ResourceSlice>,
-    nodes: Api<Node>,
+    /// Metadata only: the uid is all that is read.
+    nodes: Api<PartialObjectMeta<Node>>,
     config: PublisherConfig,
     sleeper: Arc<dyn Sleeper>,
     metrics: PublisherMetrics,
