@@ -235,6 +235,10 @@ async fn main() {
     // Extra agent flags, e.g. `--device-metadata=false` to see its cost.
     let extra = std::env::var("PREPARE_BENCH_AGENT_ARGS").unwrap_or_default();
     let extra: Vec<&str> = extra.split_whitespace().collect();
+    // The CDI directory on tmpfs, as on a node (`/var/run/cdi`): written at
+    // every prepare, never synced; on the disk it would add its pages to
+    // the checkpoint's sync (ext4 writes them out first).
+    let _cdi = support::cdi_on_tmpfs(tmp.path());
     let mut agent = support::start_agent(tmp.path(), &sysfs, &kubeconfig, &extra, false);
     // Polled every millisecond: the real kubelet is told by inotify.
     let poll = Duration::from_millis(1);

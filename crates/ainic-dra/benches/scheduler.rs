@@ -13,7 +13,14 @@
 //! To see what the slice shape costs: `SCHED_BENCH_CLAIM=gpu` (a GPU
 //! alone, the baseline without our devices in the claim), `=nic` (a NIC
 //! alone); `SCHED_BENCH_ATTRIBUTES=N` keeps only the first N attributes of
-//! each of our devices besides those the claim and classes use.
+//! each of our devices besides those the claim and classes use;
+//! `SCHED_BENCH_CLASS=driver` asks for our devices through a class that
+//! checks the driver alone, with no selector of the claim's own (what a
+//! device plugin's "any NIC" would be); `SCHED_BENCH_ATTRIBUTES=standard`
+//! keeps only the standard `resource.kubernetes.io/` attributes (and the
+//! pairing one, which the pair claim matches on) and implies the driver
+//! class. `SCHED_BENCH_ROUNDS=N` runs the same N times, each on a fresh
+//! testbed.
 
 use std::time::{Duration, Instant};
 
@@ -21,7 +28,7 @@ mod cluster;
 
 use cluster::{TOPOLOGY, agent_slices, classes, documents, env_or, fake_nodes, in_chunks};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaimTemplate, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaimTemplate, ResourceSlice};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
@@ -39,26 +46,55 @@ const USED: [&str; 5] = [
     "ainic.amd.com/tenant",
 ];
 
-/// Our slices for `node`, as the agent publishes them, each device cut to
-/// the used attributes plus `keep` others when asked.
-fn our_slices(node: &str, keep: Option<usize>) -> Vec<ResourceSlice> {
+/// Which attributes of our devices are kept.
+#[derive(Clone, Copy, Debug)]
+enum Keep {
+    /// All, as published.
+    All,
+    /// Those the claim and classes use, and this many others.
+    Used(usize),
+    /// The standard `resource.kubernetes.io/` ones and the pairing one.
+    Standard,
+}
+
+impl Keep {
+    fn from_env() -> Keep {
+        match std::env::var("SCHED_BENCH_ATTRIBUTES").ok().as_deref() {
+            None | Some("") => Keep::All,
+            Some("standard") => Keep::Standard,
+            Some(n) => Keep::Used(
+                n.parse()
+                    .expect("SCHED_BENCH_ATTRIBUTES: a number or standard"),
+            ),
+        }
+    }
+}
+
+/// Our slices for `node`, as the agent publishes them, each device's
+/// attributes cut as `keep` says.
+fn our_slices(node: &str, keep: Keep) -> Vec<ResourceSlice> {
     let mut slices = agent_slices(node, &["--gpu-pairing-attribute", PAIRING]);
-    if let Some(keep) = keep {
-        for device in slices
-            .iter_mut()
-            .flat_map(|s| s.spec.devices.iter_mut().flatten())
-        {
-            let attributes = device.attributes.get_or_insert_default();
-            let mut others = 0;
-            attributes.retain(|name, _| {
+    for device in slices
+        .iter_mut()
+        .flat_map(|s| s.spec.devices.iter_mut().flatten())
+    {
+        let attributes = device.attributes.get_or_insert_default();
+        let mut others = 0;
+        attributes.retain(|name, _| match keep {
+            Keep::All => true,
+            Keep::Standard => name.starts_with("resource.kubernetes.io/") || name == PAIRING,
+            Keep::Used(keep) => {
                 let used = USED.contains(&name.as_str());
                 others += usize::from(!used);
                 used || others <= keep
-            });
-        }
+            }
+        });
     }
     slices
 }
+
+/// The class that checks the driver alone (`SCHED_BENCH_CLASS=driver`).
+const DRIVER_CLASS: &str = "bench-ainic-any";
 
 /// The GPU driver's slice for `node`.
 fn gpu_slice(node: &str, inventory: &topology::Inventory) -> ResourceSlice {
@@ -66,7 +102,7 @@ fn gpu_slice(node: &str, inventory: &topology::Inventory) -> ResourceSlice {
 }
 
 /// Nodes `bench-0000`… with their slices; returns what one node publishes.
-async fn fill(client: &kube::Client, nodes: usize, keep: Option<usize>) -> (usize, usize, usize) {
+async fn fill(client: &kube::Client, nodes: usize, keep: Keep) -> (usize, usize, usize) {
     let fixture = tempfile::tempdir().unwrap();
     let yaml = testkit::fixture::bundled_by_name(TOPOLOGY).unwrap();
     (testkit::fixture::Topology::from_yaml(yaml).unwrap())
@@ -105,8 +141,9 @@ async fn fill(client: &kube::Client, nodes: usize, keep: Option<usize>) -> (usiz
 }
 
 /// The claim template of each pod: `pair` (examples/gpu-nic-same-switch.yaml),
-/// `gpu` or `nic` alone.
-fn template(kind: &str) -> Value {
+/// `gpu` or `nic` alone; with `driver_class`, the NIC request names the
+/// class that checks the driver alone and has no selector of its own.
+fn template(kind: &str, driver_class: bool) -> Value {
     let file = repo_root().join("examples/gpu-nic-same-switch.yaml");
     let mut template = (documents(&file).into_iter())
         .find(|o| o["kind"] == "ResourceClaimTemplate")
@@ -121,12 +158,19 @@ fn template(kind: &str) -> Value {
         }
         other => panic!("SCHED_BENCH_CLAIM={other}: pair, gpu or nic"),
     }
+    if driver_class {
+        for request in devices["requests"].as_array_mut().unwrap() {
+            if request["name"] == "nic" {
+                request["exactly"] = json!({"deviceClassName": DRIVER_CLASS});
+            }
+        }
+    }
     template
 }
 
-async fn pods(client: &kube::Client, count: usize, kind: &str) -> Instant {
+async fn pods(client: &kube::Client, count: usize, kind: &str, driver_class: bool) -> Instant {
     let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), NAMESPACE);
-    let template = template(kind);
+    let template = template(kind, driver_class);
     let template: ResourceClaimTemplate = serde_json::from_value(template).unwrap();
     let name = template.metadata.name.clone().unwrap();
     templates
@@ -162,16 +206,8 @@ async fn bound(client: &kube::Client) -> usize {
         .count()
 }
 
-#[tokio::main]
-async fn main() {
-    let (nodes, count) = (
-        env_or("SCHED_BENCH_NODES", 500),
-        env_or("SCHED_BENCH_PODS", 500),
-    );
-    let kind = std::env::var("SCHED_BENCH_CLAIM").unwrap_or_else(|_| "pair".into());
-    let keep = std::env::var("SCHED_BENCH_ATTRIBUTES")
-        .ok()
-        .and_then(|v| v.parse().ok());
+/// One run on a fresh testbed: pods/s.
+async fn run(nodes: usize, count: usize, kind: &str, keep: Keep, driver_class: bool) -> f64 {
     let options = UpOptions {
         version: Some(Version::V1_37),
         ..UpOptions::default()
@@ -181,6 +217,13 @@ async fn main() {
         .unwrap();
     let client = bed.client().await;
     classes(&client).await;
+    let any: DeviceClass = serde_json::from_value(json!({"metadata": {"name": DRIVER_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'ainic.amd.com'"}}]}}))
+    .unwrap();
+    (Api::<DeviceClass>::all(client.clone()))
+        .create(&PostParams::default(), &any)
+        .await
+        .unwrap();
     bed_cluster::namespace(&client, NAMESPACE).await;
     let filling = Instant::now();
     let (slices, devices, attributes) = fill(&client, nodes, keep).await;
@@ -188,7 +231,7 @@ async fn main() {
         "{nodes} nodes filled in {:.1} s; per node: {slices} slice(s) of ours with {devices} devices of up to {attributes} attributes, plus 1 GPU slice (8 GPUs)",
         filling.elapsed().as_secs_f64()
     );
-    let started = pods(&client, count, &kind).await;
+    let started = pods(&client, count, kind, driver_class).await;
     let deadline = started + Duration::from_secs(600);
     let mut done = 0;
     while Instant::now() < deadline {
@@ -203,8 +246,29 @@ async fn main() {
         done, count,
         "only {done} of {count} pods scheduled in 600 s"
     );
-    println!(
-        "kube-scheduler 1.37: {count} pods with a {kind} claim on {nodes} nodes in {elapsed:.1} s = {:.1} pods/s",
-        count as f64 / elapsed
+    count as f64 / elapsed
+}
+
+#[tokio::main]
+async fn main() {
+    let (nodes, count, rounds) = (
+        env_or("SCHED_BENCH_NODES", 500),
+        env_or("SCHED_BENCH_PODS", 500),
+        env_or("SCHED_BENCH_ROUNDS", 1),
     );
+    let kind = std::env::var("SCHED_BENCH_CLAIM").unwrap_or_else(|_| "pair".into());
+    let keep = Keep::from_env();
+    let driver_class = matches!(keep, Keep::Standard)
+        || std::env::var("SCHED_BENCH_CLASS").is_ok_and(|c| c == "driver");
+    let class = if driver_class {
+        "driver-only"
+    } else {
+        "shipped"
+    };
+    for _ in 0..rounds {
+        let rate = run(nodes, count, &kind, keep, driver_class).await;
+        println!(
+            "kube-scheduler 1.37: {count} pods with a {kind} claim ({class} class, attributes {keep:?}) on {nodes} nodes: {rate:.1} pods/s"
+        );
+    }
 }

@@ -30,6 +30,15 @@ fn write_kubeconfig(path: &Path, server: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// Makes `dir/cdi` a link to a new directory on tmpfs (`/dev/shm`), where
+/// a node keeps its CDI specs (`/var/run/cdi`); removed when the returned
+/// guard drops. `None` (and `dir/cdi` left to the agent) without tmpfs.
+pub fn cdi_on_tmpfs(dir: &Path) -> Option<tempfile::TempDir> {
+    let shm = tempfile::tempdir_in("/dev/shm").ok()?;
+    std::os::unix::fs::symlink(shm.path(), dir.join("cdi")).ok()?;
+    Some(shm)
+}
+
 /// Starts the agent on `sysfs` with its directories under `dir` (its
 /// registry at `dir/registry`) and `extra` flags; `quiet` drops its log.
 ///
