@@ -225,10 +225,7 @@ pub async fn run(
     }
     supervisor.stop(Duration::from_secs(2)).await;
     tracing::info!("controller stopped");
-    match stopped {
-        Stopped::Asked => Ok(()),
-        Stopped::Failed(failed) => Err(failed),
-    }
+    stopped.failure().map_or(Ok(()), Err)
 }
 
 /// What decides when a pass runs.

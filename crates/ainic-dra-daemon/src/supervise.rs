@@ -91,6 +91,16 @@ pub enum Stopped {
     Failed(TaskFailed),
 }
 
+impl Stopped {
+    /// The task that failed, if that is why it stopped.
+    pub fn failure(self) -> Option<TaskFailed> {
+        match self {
+            Stopped::Asked => None,
+            Stopped::Failed(failed) => Some(failed),
+        }
+    }
+}
+
 impl Supervisor {
     /// A supervisor and the handle that spawns under it.
     pub fn new() -> (Supervisor, Tasks) {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ainic_dra_daemon::follow::Lifetime;
-use ainic_dra_daemon::{Stopped, Supervisor, TaskFailed, shutdown_signal};
+use ainic_dra_daemon::{Supervisor, TaskFailed, shutdown_signal};
 use dra_model::Release;
 use k8s_openapi::api::core::v1::Node;
 use kube::core::PartialObjectMeta;
@@ -212,19 +212,11 @@ async fn wire_until_stopped(
     let watching = supervisor.watch(shutdown_signal());
     tokio::pin!(watching);
     tokio::select! {
-        stopped = &mut watching => Ok((None, failure(stopped))),
+        stopped = &mut watching => Ok((None, stopped.failure())),
         wired = wiring.wire(serving) => {
             let running = wired?;
-            Ok((Some(running), failure(watching.await)))
+            Ok((Some(running), watching.await.failure()))
         }
-    }
-}
-
-/// The task that failed, if that is why the agent stops.
-fn failure(stopped: Stopped) -> Option<TaskFailed> {
-    match stopped {
-        Stopped::Asked => None,
-        Stopped::Failed(failed) => Some(failed),
     }
 }
 
