@@ -6,7 +6,7 @@ use crate::pci::PciIds;
 use crate::sysfs::{Backend, Sysfs};
 
 use super::chardev::CharDevices;
-use super::function::{self, Function};
+use super::function::{self, Function, Physfn};
 use super::reader::Reader;
 use super::{DiscoveryConfig, net, product_name, rdma, shared, sriov};
 
@@ -54,10 +54,9 @@ fn read_nic<B: Backend>(
     vf_links: &mut sriov::VfLinks,
     by_pf: &mut shared::ByPf,
 ) -> Option<NicFunction> {
-    let sriov = sriov::kind(r, f, vf_links)?;
-    let (facts, from_pf) = match &sriov.parent {
-        None => (shared::Shared::read(r, f)?, None),
-        Some(pf) => match by_pf.of(r, pf, f) {
+    let kind = sriov::kind(r, f, vf_links)?;
+    let (facts, from_pf) = match &f.physfn {
+        Physfn::Parent(pf) => match by_pf.of(r, pf, f) {
             Some(inherited) => (inherited.shared.clone(), Some(inherited.rdma.clone())),
             None => {
                 let why = format!("its PF {} has no usable class; device skipped", pf.address);
@@ -65,6 +64,7 @@ fn read_nic<B: Backend>(
                 return None;
             }
         },
+        _ => (shared::Shared::read(r, f)?, None),
     };
     let ids = PciIds {
         vendor: f.vendor,
@@ -77,9 +77,9 @@ fn read_nic<B: Backend>(
         (Some(v), Some(d)) => product_name(v, d).map(str::to_string),
         _ => None,
     };
-    Some(NicFunction {
+    let nic = NicFunction {
         address: f.address,
-        kind: sriov.kind,
+        kind,
         ids,
         product_name,
         driver: function::driver(r, f),
@@ -88,7 +88,13 @@ fn read_nic<B: Backend>(
         pcie_link: facts.pcie_link,
         netdevs: net::netdevs(r, f),
         rdma: rdma::rdma_devices(r, f, chars, from_pf.as_ref()),
-    })
+    };
+    if from_pf.is_none() {
+        // Its VFs, met later by this thread, take these without reading
+        // the PF's files again.
+        by_pf.remember(&nic);
+    }
+    Some(nic)
 }
 
 /// A GPU, when `f` has a GPU class (other functions of GPU vendors, such as

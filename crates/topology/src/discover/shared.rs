@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::PcieLink;
+use crate::model::{NicFunction, PcieLink};
 use crate::pci::PciAddress;
 use crate::sysfs::Backend;
 
@@ -63,6 +63,24 @@ pub(crate) struct ByPf {
 }
 
 impl ByPf {
+    /// Remembers what the VFs of the PF `pf`, just read, inherit from it.
+    pub(crate) fn remember(&mut self, pf: &NicFunction) {
+        let shared = Shared {
+            class: pf.ids.class,
+            subsystem_vendor: pf.ids.subsystem_vendor,
+            numa_node: pf.location.numa_node,
+            local_cpus: pf.local_cpus.clone(),
+            pcie_link: pf.pcie_link.clone(),
+        };
+        let rdma = pf.rdma.first().map(|first| rdma::FromPf {
+            firmware: first.firmware_version.clone(),
+            ports: first.ports.clone(),
+        });
+        let rdma = rdma.unwrap_or_default();
+        self.by_pf
+            .insert(pf.address, Some(Inherited { shared, rdma }));
+    }
+
     /// What the VFs of `pf` inherit, read on first use.
     pub(crate) fn of<B: Backend>(
         &mut self,

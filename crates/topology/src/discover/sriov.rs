@@ -46,13 +46,6 @@ impl VfLinks {
     }
 }
 
-/// A function's place in SR-IOV: its kind and, for a VF, its PF.
-pub(crate) struct Sriov {
-    pub kind: FunctionKind,
-    /// The VF's PF (address and directory); `None` for a PF.
-    pub parent: Option<Parent>,
-}
-
 /// A VF's PF, as found through the VF's `physfn` link.
 #[derive(Clone, Debug)]
 pub(crate) struct Parent {
@@ -66,7 +59,7 @@ pub(crate) fn kind<B: Backend>(
     r: &mut Reader<'_, B>,
     f: &Function,
     links: &mut VfLinks,
-) -> Option<Sriov> {
+) -> Option<FunctionKind> {
     let who = f.who();
     let (pf, pf_dir) = match &f.physfn {
         Physfn::Parent(parent) => (parent.address, &parent.dir),
@@ -83,10 +76,7 @@ pub(crate) fn kind<B: Backend>(
                 .iter()
                 .map(|(_, a)| *a)
                 .collect();
-            return Some(Sriov {
-                kind: FunctionKind::Pf { total_vfs, vfs },
-                parent: None,
-            });
+            return Some(FunctionKind::Pf { total_vfs, vfs });
         }
         Physfn::Broken(why) => {
             r.warn(
@@ -102,13 +92,7 @@ pub(crate) fn kind<B: Backend>(
         .find(|(_, vf)| *vf == f.address)
         .map(|(n, _)| *n);
     match index {
-        Some(index) => Some(Sriov {
-            kind: FunctionKind::Vf { physfn: pf, index },
-            parent: Some(Parent {
-                address: pf,
-                dir: pf_dir.clone(),
-            }),
-        }),
+        Some(index) => Some(FunctionKind::Vf { physfn: pf, index }),
         None => {
             r.warn(
                 &who,
