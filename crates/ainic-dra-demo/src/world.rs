@@ -50,6 +50,8 @@ pub struct NodeDirs {
     pub plugin: PathBuf,
     /// CDI spec dir.
     pub cdi: PathBuf,
+    /// Device-metadata dir.
+    pub metadata: PathBuf,
     /// Checkpoint dir.
     pub state: PathBuf,
     /// The agent's log.
@@ -66,6 +68,7 @@ impl NodeDirs {
             registry: root.join("kubelet/plugins_registry"),
             plugin: root.join("kubelet/plugins").join(DRIVER),
             cdi: root.join("cdi"),
+            metadata: root.join("metadata"),
             state: root.join("state"),
             log: root.join("agent.log"),
         }
@@ -183,6 +186,8 @@ impl World {
                 .arg(&dirs.registry)
                 .arg("--cdi-dir")
                 .arg(&dirs.cdi)
+                .arg("--metadata-dir")
+                .arg(&dirs.metadata)
                 .arg("--state-dir")
                 .arg(&dirs.state)
                 .args(["--http-addr", "", "--feature-gates", GATES])

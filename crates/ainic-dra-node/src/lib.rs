@@ -83,6 +83,8 @@ pub struct NodeConfig {
     pub registry_dir: PathBuf,
     /// Where CDI specs go.
     pub cdi_dir: PathBuf,
+    /// Where the device-metadata files go (tmpfs; all of it ours).
+    pub metadata_dir: PathBuf,
     /// Where the checkpoint lives.
     pub state_dir: PathBuf,
     /// Where this boot's ID is read (`/proc/sys/kernel/random/boot_id`).

@@ -54,7 +54,12 @@ async fn open_state(
     let mut reconciled = checkpoint::reconcile::reconcile(&store.snapshot(), &cdi)?;
     // Built with the flag off too: claims prepared while it was on still
     // get their metadata removed.
-    let files = metadata::MetadataFiles::new(&config.scope.driver, &config.plugin_dir, cdi.clone());
+    let files = metadata::MetadataFiles::new(
+        &config.scope.driver,
+        &config.metadata_dir,
+        &config.plugin_dir,
+        cdi.clone(),
+    );
     reconciled
         .removed
         .extend(files.remove_orphans(&store.snapshot())?);

@@ -39,6 +39,8 @@ pub(crate) struct NodePaths {
     pub cdi: PathBuf,
     /// `--plugin-dir`: the driver's own directory, all of it ours.
     pub plugin: PathBuf,
+    /// `--metadata-dir`: the device-metadata files, all of it ours.
+    pub metadata: PathBuf,
     /// `--registry-dir`: the registration sockets named after the driver.
     pub registry: PathBuf,
     /// The classic device plugin's directory, when it runs: its sockets
@@ -49,7 +51,7 @@ pub(crate) struct NodePaths {
 }
 
 /// Removes this driver's files from the node, unless a claim is still
-/// prepared: everything in the state and plugin directories, the CDI files
+/// prepared: everything in the state, plugin and metadata directories, the CDI files
 /// named after the driver and the classic spec, and the sockets of every
 /// agent instance (a killed one leaves its own). The directories stay:
 /// they are the pod's mount points.
@@ -71,6 +73,7 @@ pub(crate) fn remove_node_state(paths: &NodePaths) -> std::io::Result<Removed> {
     )?;
     remove_in(&paths.state, |_| true, &mut removed)?;
     remove_in(&paths.plugin, |_| true, &mut removed)?;
+    remove_in(&paths.metadata, |_| true, &mut removed)?;
     let registration = |n: &str| n.starts_with(&format!("{driver}-")) && n.ends_with("reg.sock");
     remove_in(&paths.registry, registration, &mut removed)?;
     if let Some(dir) = &paths.device_plugins {
@@ -162,6 +165,7 @@ mod tests {
             state: dir("state"),
             cdi: dir("cdi"),
             plugin: dir("plugin"),
+            metadata: dir("metadata"),
             registry: dir("registry"),
             device_plugins: Some(dir("device-plugins")),
             driver: "ainic.amd.com".into(),
@@ -183,6 +187,7 @@ mod tests {
             touch(&p.cdi, "ainic-dra-classic.json"),
             touch(&p.cdi, "ainic.amd.com_metadata_u1_nic.json"),
             touch(&p.plugin, "dra-old.sock"),
+            touch(&p.metadata, "u1"),
             touch(&p.registry, "ainic.amd.com-old-reg.sock"),
             touch(
                 p.device_plugins.as_ref().unwrap(),

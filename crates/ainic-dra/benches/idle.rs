@@ -32,7 +32,7 @@ async fn idle(sysfs: &Path, seconds: u64, extra: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let (_api, kubeconfig) = support::api_with_node(tmp.path()).await;
     let registry = tmp.path().join("registry");
-    let _cdi = support::cdi_on_tmpfs(tmp.path());
+    let _tmpfs = support::tmpfs_dirs(tmp.path());
     let mut agent = support::start_agent(tmp.path(), sysfs, &kubeconfig, extra, true);
     let _kubelet = KubeletSim::register_driver(&registry, "ainic.amd.com")
         .await

@@ -10,89 +10,18 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::resource::v1::ResourceClaim;
-use serde_json::json;
 use testkit::apiserver::ApiServer;
 use testkit::kubelet::{ClaimRef, DraPluginClient, KubeletSim};
 
 mod support;
+mod timing;
 use support::NODE;
+use timing::{DEVICES, DRIVER, fsync_floor, prepare_ok, report, settle, unprepare_ok};
 
-const DRIVER: &str = "ainic.amd.com";
-const DEVICES: [&str; 8] = [
-    "pf-0000-04-00-0",
-    "pf-0000-24-00-0",
-    "pf-0000-44-00-0",
-    "pf-0000-64-00-0",
-    "pf-0000-84-00-0",
-    "pf-0000-a4-00-0",
-    "pf-0000-c4-00-0",
-    "pf-0000-e4-00-0",
-];
-
-/// A claim allocated one of the node's PFs. `admin`: with admin access, so
-/// that more claims than the node has PFs can be prepared at once (the
-/// agent refuses a second exclusive claim on one device); the prepare
-/// path is the same.
+/// A claim allocated one of the node's PFs (`admin`: with admin access).
 fn seed_claim(api: &ApiServer, i: usize, admin: bool) -> ClaimRef {
-    let claim: ResourceClaim = serde_json::from_value(json!({
-        "metadata": {"namespace": "default", "name": format!("bench-{i}")},
-        "spec": {"devices": {"requests": []}},
-        "status": {"allocation": {"devices": {"results": [
-            {"request": "nic", "driver": DRIVER, "pool": NODE, "device": DEVICES[i % DEVICES.len()],
-             "adminAccess": admin}
-        ]}}},
-    }))
-    .unwrap();
-    let stored = api.seed(&claim);
-    ClaimRef::new(
-        "default",
-        stored.metadata.name.as_deref().unwrap(),
-        stored.metadata.uid.as_deref().unwrap(),
-    )
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank]
-}
-
-fn report(what: &str, mut samples: Vec<Duration>) {
-    samples.sort();
-    println!(
-        "{what}: n={} p50={:.3} ms p99={:.3} ms max={:.3} ms",
-        samples.len(),
-        percentile(&samples, 0.50).as_secs_f64() * 1e3,
-        percentile(&samples, 0.99).as_secs_f64() * 1e3,
-        samples.last().unwrap().as_secs_f64() * 1e3,
-    );
-}
-
-/// The floor of a durable prepare on this disk: a small file written,
-/// fsynced and renamed into place, as the checkpoint is, in `dir`. Printed
-/// beside the figures, because this cost varies by machine and by hour.
-fn fsync_floor(dir: &std::path::Path) {
-    use std::io::Write as _;
-    let (tmp, path) = (dir.join("floor.tmp"), dir.join("floor"));
-    let samples = (0..200)
-        .map(|_| {
-            let start = Instant::now();
-            let mut file = std::fs::File::create(&tmp).unwrap();
-            file.write_all(&[b'x'; 2048]).unwrap();
-            file.sync_all().unwrap();
-            std::fs::rename(&tmp, &path).unwrap();
-            start.elapsed()
-        })
-        .collect();
-    report("write + fsync + rename of 2 KiB here (the floor)", samples);
-}
-
-async fn prepare_ok(kubelet: &DraPluginClient, claims: &[ClaimRef]) {
-    let answer = kubelet.prepare_v1(claims).await.unwrap();
-    assert!(
-        answer.claims.values().all(|c| c.error.is_empty()),
-        "{answer:?}"
-    );
+    let device = DEVICES[i % DEVICES.len()];
+    timing::seed_claim(api, (DRIVER, NODE, device), i, admin)
 }
 
 async fn single(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, offset: usize) {
@@ -102,7 +31,7 @@ async fn single(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, offse
         let start = Instant::now();
         prepare_ok(kubelet, std::slice::from_ref(&claim)).await;
         samples.push(start.elapsed());
-        kubelet.unprepare_v1(&[claim]).await.unwrap();
+        unprepare_ok(kubelet, &[claim]).await;
     }
     report("one claim per call", samples);
 }
@@ -131,7 +60,7 @@ async fn concurrent(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, o
             per_claim.push(call.await.unwrap());
         }
         totals.push(start.elapsed());
-        kubelet.unprepare_v1(&claims).await.unwrap();
+        unprepare_ok(kubelet, &claims).await;
     }
     report("100 concurrent calls, total", totals);
     report("100 concurrent calls, per claim", per_claim);
@@ -145,22 +74,6 @@ async fn hold(api: &ApiServer, kubelet: &DraPluginClient, held: &mut Vec<ClaimRe
             .collect();
         prepare_ok(kubelet, &batch).await;
         held.extend(batch);
-    }
-}
-
-/// Waits until the agent has sent the API server nothing for half a
-/// second: the status writes of the claims just held (one per claim,
-/// thousands at the larger levels) would otherwise still be queued while
-/// the first rounds are timed, and those would measure that backlog.
-async fn settle(api: &ApiServer) {
-    let mut seen = api.requests().len();
-    loop {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = api.requests().len();
-        if now == seen {
-            return;
-        }
-        seen = now;
     }
 }
 
@@ -191,7 +104,7 @@ async fn under_load(
             prepare_ok(kubelet, std::slice::from_ref(&claim)).await;
             prepares.push(start.elapsed());
             let start = Instant::now();
-            kubelet.unprepare_v1(&[claim]).await.unwrap();
+            unprepare_ok(kubelet, &[claim]).await;
             unprepares.push(start.elapsed());
         }
         report(&format!("{level} prepared: prepare one"), prepares);
@@ -203,7 +116,7 @@ async fn under_load(
             prepare_ok(kubelet, &claims).await;
             settle(api).await;
             let start = Instant::now();
-            kubelet.unprepare_v1(&claims).await.unwrap();
+            unprepare_ok(kubelet, &claims).await;
             batches.push(start.elapsed());
         }
         report(
@@ -238,7 +151,7 @@ async fn main() {
     // The CDI directory on tmpfs, as on a node (`/var/run/cdi`): written at
     // every prepare, never synced; on the disk it would add its pages to
     // the checkpoint's sync (ext4 writes them out first).
-    let _cdi = support::cdi_on_tmpfs(tmp.path());
+    let _tmpfs = support::tmpfs_dirs(tmp.path());
     let mut agent = support::start_agent(tmp.path(), &sysfs, &kubeconfig, &extra, false);
     // Polled every millisecond: the real kubelet is told by inotify.
     let poll = Duration::from_millis(1);

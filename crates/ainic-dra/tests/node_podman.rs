@@ -214,10 +214,9 @@ async fn a_container_reads_its_requests_device_metadata_read_only() {
             .prepare_v1(std::slice::from_ref(&claim))
             .await
             .unwrap();
-        let text = std::fs::read_to_string(world.dirs().plugin.join(format!(
-            "dra-device-metadata/{}/rail/metadata.json",
-            claim.uid
-        )))
+        let text = std::fs::read_to_string(
+            (world.dirs().metadata).join(format!("{}/rail/metadata.json", claim.uid)),
+        )
         .unwrap();
         if text.contains("pciBusID") {
             break answer;
@@ -277,11 +276,5 @@ async fn a_container_reads_its_requests_device_metadata_read_only() {
         .await
         .unwrap();
     assert!(world.cdi_files().is_empty(), "{:?}", world.cdi_files());
-    assert!(
-        !world
-            .dirs()
-            .plugin
-            .join(format!("dra-device-metadata/{}", claim.uid))
-            .exists()
-    );
+    assert!(!world.dirs().metadata.join(&claim.uid).exists());
 }

@@ -195,6 +195,7 @@ fn node_paths(node: &NodeConfig, classic: Option<&ClassicSettings>) -> super::un
         state: node.state_dir.clone(),
         cdi: node.cdi_dir.clone(),
         plugin: node.plugin_dir.clone(),
+        metadata: node.metadata_dir.clone(),
         registry: node.registry_dir.clone(),
         device_plugins: classic.map(|c| c.dir.clone()),
         driver: node.scope.driver.clone(),

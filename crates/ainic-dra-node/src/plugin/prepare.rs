@@ -88,8 +88,9 @@ impl Driver {
                 tracing::info!(claim_uid = %uid, file, "device-metadata CDI spec written again");
             }
         }
+        let root = parts.files.root_of(&record.metadata_specs);
         for (request, content) in &record.metadata_files {
-            if parts.files.restore_file(uid, request, content)? {
+            if parts.files.restore_file(root, uid, request, content)? {
                 tracing::info!(claim_uid = %uid, request, "device-metadata file written again");
             }
         }
@@ -99,7 +100,7 @@ impl Driver {
             uid: uid.to_string(),
             pod_claim_name: record.metadata.pod_claim_name.clone(),
         };
-        let damaged = parts.files.damaged(&claim, &record.metadata.requests)?;
+        let damaged = (parts.files).damaged(root, &claim, &record.metadata.requests)?;
         if damaged.is_empty() {
             return Ok(());
         }
@@ -112,7 +113,7 @@ impl Driver {
             .request_metadata(parts, &record.devices, &inventory)
             .await;
         requests.retain(|r| damaged.iter().any(|d| d == r.base()));
-        parts.files.rewrite(&claim, &requests)?;
+        parts.files.rewrite(root, &claim, &requests)?;
         tracing::info!(claim_uid = %uid, requests = ?damaged, "device-metadata files written again");
         Ok(())
     }

@@ -22,6 +22,7 @@ struct Harness {
     cdi_dir: PathBuf,
     state_dir: PathBuf,
     plugin_dir: PathBuf,
+    metadata_dir: PathBuf,
 }
 
 fn harness() -> Harness {
@@ -40,12 +41,13 @@ fn harness_of(
     let cdi_dir = dir.path().join("cdi");
     let state_dir = dir.path().join("state");
     let plugin_dir = dir.path().join("plugin");
+    let metadata_dir = dir.path().join("metadata");
     let claims = Arc::new(FakeClaims::default());
     let (inventory_tx, inventory) = watch::channel(Arc::new(fixtures::inventory()));
     let (attributes_tx, attributes) = watch::channel(None);
     let cdi = CdiDir::open(&cdi_dir).unwrap();
     let metadata = with_metadata.then(|| MetadataParts {
-        files: MetadataFiles::new(D, &plugin_dir, cdi.clone()),
+        files: MetadataFiles::new(D, &metadata_dir, &plugin_dir, cdi.clone()),
         write: true,
         attributes,
     });
@@ -73,6 +75,7 @@ fn harness_of(
         cdi_dir,
         state_dir,
         plugin_dir,
+        metadata_dir,
     }
 }
 
@@ -687,7 +690,7 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
         ]
     );
     assert_eq!(devices[1].cdi_ids[1], "ainic.amd.com/metadata=u1_b");
-    let file = h.plugin_dir.join("dra-device-metadata/u1/b/metadata.json");
+    let file = h.metadata_dir.join("u1/b/metadata.json");
     let text = std::fs::read_to_string(&file).unwrap();
     let first: serde_json::Value = serde_json::Deserializer::from_str(&text)
         .into_iter()
@@ -701,7 +704,7 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
         (&json!("b"), &json!(PF1))
     );
     assert_eq!(device["attributes"]["ainic.amd.com/rail"]["int"], 3);
-    let sub = h.plugin_dir.join("dra-device-metadata/u1/a/metadata.json");
+    let sub = h.metadata_dir.join("u1/a/metadata.json");
     assert!(std::fs::read_to_string(sub).unwrap().contains("\"a/fast\""));
     assert_eq!(
         cdi_files(&h),
@@ -729,7 +732,7 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     }
     // A power cut may also lose metadata files (not fsynced: the
     // checkpoint holds them): one gone, one left empty by the rename.
-    let a = h.plugin_dir.join("dra-device-metadata/u1/a/metadata.json");
+    let a = h.metadata_dir.join("u1/a/metadata.json");
     let before = std::fs::read_to_string(&a).unwrap();
     std::fs::remove_dir_all(a.parent().unwrap()).unwrap();
     std::fs::write(&file, "").unwrap();
@@ -747,11 +750,11 @@ async fn device_metadata_is_mounted_per_request_and_goes_with_the_claim() {
     h.claims
         .put(claim("late", "u2", &[("nic", D, "node-a", PF0)], json!([])));
     assert!(h.driver.prepare(&[r("late", "u2")]).await["u2"].is_err());
-    assert!(!h.plugin_dir.join("dra-device-metadata/u2").exists());
+    assert!(!h.metadata_dir.join("u2").exists());
 
     assert!(h.driver.unprepare(&[r("two", "u1")]).await["u1"].is_ok());
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
-    assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
+    assert!(!h.metadata_dir.join("u1").exists());
 }
 
 /// A damaged metadata file is written again from today's attributes, and
@@ -779,10 +782,7 @@ async fn only_damaged_metadata_files_are_rebuilt_and_not_before_the_devices_are_
         json!([]),
     ));
     assert!(h.driver.prepare(&[r("two", "u1")]).await["u1"].is_ok());
-    let file = |request: &str| {
-        h.plugin_dir
-            .join(format!("dra-device-metadata/u1/{request}/metadata.json"))
-    };
+    let file = |request: &str| (h.metadata_dir).join(format!("u1/{request}/metadata.json"));
     let a = std::fs::read_to_string(file("a")).unwrap();
     // Not yet published (an agent starting): the check leaves it.
     h.attributes.send_replace(None);
@@ -811,24 +811,68 @@ async fn metadata_recorded_with_its_content_by_an_older_agent_is_restored_and_re
         .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
     assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
     let spec_name = "ainic.amd.com_metadata_u1_nic.json";
-    let file = h
-        .plugin_dir
-        .join("dra-device-metadata/u1/nic/metadata.json");
-    let spec = std::fs::read_to_string(h.cdi_dir.join(spec_name)).unwrap();
-    let text = std::fs::read_to_string(&file).unwrap();
+    let (spec, file) = as_an_older_agent_wrote_it(&h, spec_name);
+    let text = std::fs::read_to_string(h.metadata_dir.join("u1/nic/metadata.json")).unwrap();
+    std::fs::remove_dir_all(h.metadata_dir.join("u1")).unwrap();
     let mut record = h.driver.parts.store.get("u1").unwrap();
     record.metadata = Default::default();
     record.metadata_specs = [(spec_name.to_string(), spec.clone())].into();
     record.metadata_files = [("nic".to_string(), text.clone())].into();
     h.driver.parts.store.insert("u1", record).await.unwrap();
     std::fs::remove_file(h.cdi_dir.join(spec_name)).unwrap();
-    std::fs::remove_file(&file).unwrap();
     h.driver.refresh_all().await;
     assert_eq!(
         std::fs::read_to_string(h.cdi_dir.join(spec_name)).unwrap(),
         spec
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    assert!(h.driver.unprepare(&[r("a", "u1")]).await["u1"].is_ok());
+    assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
+    assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
+    assert!(!h.metadata_dir.join("u1").exists());
+}
+
+/// The recorded spec `spec_name` of claim u1 as an agent before
+/// `--metadata-dir` wrote it, mounting its file from the plugin directory:
+/// the spec's text, and that file's path (not written).
+fn as_an_older_agent_wrote_it(h: &Harness, spec_name: &str) -> (String, PathBuf) {
+    let spec = std::fs::read_to_string(h.cdi_dir.join(spec_name)).unwrap();
+    let legacy = h.plugin_dir.join("dra-device-metadata");
+    let spec = spec.replace(
+        &h.metadata_dir.display().to_string(),
+        &legacy.display().to_string(),
+    );
+    assert!(spec.contains(&legacy.display().to_string()), "{spec}");
+    (spec, legacy.join("u1/nic/metadata.json"))
+}
+
+/// Claims prepared before `--metadata-dir` keep their files in the plugin
+/// directory, where their recorded specs mount them from (a container
+/// restarted in their pod gets the spec again): a lost file comes back
+/// there, not in the metadata directory, and unprepare removes it.
+#[tokio::test]
+async fn metadata_files_of_claims_prepared_in_the_plugin_directory_stay_there() {
+    let h = harness_of(None, true);
+    h.attributes.send_replace(Some(Arc::default()));
+    h.claims
+        .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    let spec_name = "ainic.amd.com_metadata_u1_nic.json";
+    let (spec, file) = as_an_older_agent_wrote_it(&h, spec_name);
+    std::fs::remove_dir_all(h.metadata_dir.join("u1")).unwrap();
+    let mut record = h.driver.parts.store.get("u1").unwrap();
+    record.metadata_specs = [(spec_name.to_string(), spec.clone())].into();
+    h.driver.parts.store.insert("u1", record).await.unwrap();
+    // A reboot: the CDI spec and the file are gone.
+    std::fs::remove_file(h.cdi_dir.join(spec_name)).unwrap();
+    assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
+    assert_eq!(
+        std::fs::read_to_string(h.cdi_dir.join(spec_name)).unwrap(),
+        spec
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"uid\": \"u1\""), "{text}");
+    assert!(!h.metadata_dir.join("u1").exists());
     assert!(h.driver.unprepare(&[r("a", "u1")]).await["u1"].is_ok());
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
     assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
@@ -857,7 +901,7 @@ async fn a_pod_claim_name_that_is_no_dns_name_is_refused_and_nothing_written() {
         "{error}"
     );
     assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
-    assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
+    assert!(!h.metadata_dir.join("u1").exists());
     let on_disk = checkpoint::read(&h.state_dir).unwrap();
     assert!(on_disk.claims.is_empty());
 }

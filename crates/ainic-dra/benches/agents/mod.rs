@@ -103,7 +103,7 @@ impl Drop for Agent {
     }
 }
 
-/// The agent's sysfs, device, plugin, CDI and state directories under `base`.
+/// The agent's sysfs, device, plugin, CDI, metadata and state directories under `base`.
 fn dirs(base: &Path) -> Vec<String> {
     let at = |dir: &str| base.join(dir).display().to_string();
     [
@@ -112,6 +112,7 @@ fn dirs(base: &Path) -> Vec<String> {
         ("--plugin-dir", "plugins/ainic.amd.com"),
         ("--registry-dir", "plugins_registry"),
         ("--cdi-dir", "cdi"),
+        ("--metadata-dir", "metadata"),
         ("--state-dir", "state"),
     ]
     .into_iter()

@@ -30,13 +30,25 @@ fn write_kubeconfig(path: &Path, server: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-/// Makes `dir/cdi` a link to a new directory on tmpfs (`/dev/shm`), where
-/// a node keeps its CDI specs (`/var/run/cdi`); removed when the returned
-/// guard drops. `None` (and `dir/cdi` left to the agent) without tmpfs.
-pub fn cdi_on_tmpfs(dir: &Path) -> Option<tempfile::TempDir> {
-    let shm = tempfile::tempdir_in("/dev/shm").ok()?;
-    std::os::unix::fs::symlink(shm.path(), dir.join("cdi")).ok()?;
-    Some(shm)
+/// Makes `dir/cdi` and `dir/metadata` links to new directories on tmpfs
+/// (`/dev/shm`), where a node keeps its CDI specs (`/var/run/cdi`) and the
+/// agent its device-metadata files (`/var/run/ainic-dra`); removed when the
+/// returned guards drop. Empty (and the directories left to the agent, on
+/// the disk) without tmpfs.
+pub fn tmpfs_dirs(dir: &Path) -> Vec<tempfile::TempDir> {
+    let link = |name: &str| {
+        let shm = tempfile::tempdir_in("/dev/shm").ok()?;
+        std::os::unix::fs::symlink(shm.path(), dir.join(name)).ok()?;
+        Some(shm)
+    };
+    ["cdi", "metadata"].into_iter().filter_map(link).collect()
+}
+
+/// Whether `binary`'s `node` command takes `flag`: an older build, run to
+/// compare, may not.
+fn takes_flag(binary: &str, flag: &str) -> bool {
+    let help = Command::new(binary).args(["node", "--help"]).output();
+    help.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(flag))
 }
 
 /// Starts the agent on `sysfs` with its directories under `dir` (its
@@ -66,6 +78,11 @@ pub fn start_agent(
         }
         None => Command::new(&binary),
     };
+    let metadata = dir.join("metadata");
+    let mut metadata_dir = vec![];
+    if takes_flag(&binary, "--metadata-dir") {
+        metadata_dir = vec![std::ffi::OsStr::new("--metadata-dir"), metadata.as_os_str()];
+    }
     command
         .args(["node", "--node-name", NODE, "--http-addr", ""])
         .arg("--sysfs-root")
@@ -82,6 +99,7 @@ pub fn start_agent(
         .arg(dir.join("cdi"))
         .arg("--state-dir")
         .arg(dir.join("state"))
+        .args(metadata_dir)
         .args(extra)
         .stdin(Stdio::null())
         .stderr(if quiet {

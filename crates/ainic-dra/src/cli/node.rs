@@ -63,6 +63,19 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DIR", default_value = "/var/run/cdi")]
     pub cdi_dir: PathBuf,
 
+    /// Where the device-metadata files of prepared claims are written
+    /// (`--device-metadata`), bind-mounted from here into containers: a
+    /// tmpfs such as `/var/run`, seen at the same path by the runtime; every
+    /// file in it is the agent's. They are rebuilt from the checkpoint when
+    /// lost. Claims prepared before this flag existed keep their files in
+    /// `<plugin dir>/dra-device-metadata` until unprepared.
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/run/ainic-dra/ainic.amd.com"
+    )]
+    pub metadata_dir: PathBuf,
+
     /// Where the checkpoint of prepared claims is kept (must survive restarts).
     #[arg(long, value_name = "DIR", default_value = "/var/lib/ainic-dra")]
     pub state_dir: PathBuf,
@@ -281,6 +294,7 @@ impl NodeArgs {
             plugin_dir: self.plugin_dir.clone(),
             registry_dir: self.registry_dir.clone(),
             cdi_dir: self.cdi_dir.clone(),
+            metadata_dir: self.metadata_dir.clone(),
             state_dir: self.state_dir.clone(),
             boot_id_file: self.boot_id_file.clone(),
             state_lock_wait: Duration::from_secs(self.state_lock_wait),

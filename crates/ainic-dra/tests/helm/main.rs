@@ -349,7 +349,9 @@ fn agent_mounts_the_host_paths_its_flags_name() {
             continue;
         };
         match flag {
-            "--plugin-dir" | "--registry-dir" | "--cdi-dir" | "--state-dir" => mounted(path, false),
+            "--plugin-dir" | "--registry-dir" | "--cdi-dir" | "--metadata-dir" | "--state-dir" => {
+                mounted(path, false)
+            }
             "--sysfs-root" => mounted(path, true),
             // The agent looks only for RDMA char devices.
             "--dev-root" => mounted(&format!("{path}/infiniband"), true),

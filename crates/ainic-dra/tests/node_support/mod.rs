@@ -33,6 +33,7 @@ pub struct Dirs {
     pub registry: PathBuf,
     pub plugin: PathBuf,
     pub cdi: PathBuf,
+    pub metadata: PathBuf,
     pub state: PathBuf,
     pub dev: PathBuf,
 }
@@ -118,6 +119,7 @@ impl World {
             registry: base.join("plugins_registry"),
             plugin: base.join("plugins/ainic.amd.com"),
             cdi: base.join("cdi"),
+            metadata: base.join("metadata"),
             state: base.join("state"),
             dev,
         }
@@ -170,6 +172,8 @@ impl World {
             .arg(&d.registry)
             .arg("--cdi-dir")
             .arg(&d.cdi)
+            .arg("--metadata-dir")
+            .arg(&d.metadata)
             .arg("--state-dir")
             .arg(&d.state)
             .args(["--http-addr", &http])

@@ -709,11 +709,12 @@ fn uninstall_leaves_nothing_behind_and_a_reinstall_works() {
     assert_nothing_left(bed);
 }
 
-/// Our files on node 1 (CDI, state, plugin and registry directories).
+/// Our files on node 1 (CDI, state, plugin, metadata and registry directories).
 fn files_left(bed: &Testbed) -> Vec<String> {
     let mut left: Vec<String> = bed.node_files(1, "/run/cdi");
     left.extend(bed.node_files(1, "/var/lib/ainic-dra"));
     left.extend(bed.node_files(1, "/var/lib/kubelet/plugins/ainic.amd.com"));
+    left.extend(bed.node_files(1, "/run/ainic-dra/ainic.amd.com"));
     for dir in [
         "/var/lib/kubelet/plugins_registry",
         "/var/lib/kubelet/device-plugins",

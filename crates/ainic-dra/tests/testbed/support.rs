@@ -246,6 +246,8 @@ pub struct AgentDirs {
     pub plugin: PathBuf,
     /// CDI specs.
     pub cdi: PathBuf,
+    /// Device-metadata files.
+    pub metadata: PathBuf,
     /// The checkpoint.
     pub state: PathBuf,
     /// Device nodes.
@@ -280,6 +282,7 @@ impl NodeAgent {
             registry: base.join("plugins_registry"),
             plugin: base.join("plugins/ainic.amd.com"),
             cdi: base.join("cdi"),
+            metadata: base.join("metadata"),
             state: base.join("state"),
             dev: base.join("dev"),
         };
@@ -324,6 +327,8 @@ impl NodeAgent {
             .arg(&d.registry)
             .arg("--cdi-dir")
             .arg(&d.cdi)
+            .arg("--metadata-dir")
+            .arg(&d.metadata)
             .arg("--state-dir")
             .arg(&d.state)
             .args(flags)

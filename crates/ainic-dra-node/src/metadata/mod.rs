@@ -5,7 +5,7 @@
 //! Written here to the layout and schema of upstream's Go helper for
 //! drivers (`k8s.io/dynamic-resource-allocation/kubeletplugin`, v0.37),
 //! which a Rust driver cannot use:
-//! - on the host: `<plugin dir>/dra-device-metadata/<claimUID>/<request>/metadata.json`
+//! - on the host: `<metadata dir>/<claimUID>/<request>/metadata.json`
 //!   (upstream keys the directory by namespace and name; the host path is
 //!   the driver's own, and by UID a claim recreated under the same name
 //!   never touches the files of the one before), a JSON stream of one `DeviceMetadata` object per API version
@@ -35,18 +35,28 @@
 //! fsynced, so that a prepare pays one fsync, the checkpoint's, instead of
 //! four). Entries of older agents carry the files' content too, and are
 //! restored from it. Figures in docs/benchmarks.md.
+//!
+//! The metadata directory (`--metadata-dir`) is meant for tmpfs
+//! (`/var/run`), as the CDI directory is: on a disk, ext4 writes the
+//! files' pages out when the checkpoint's `fdatasync` commits its journal,
+//! and that made half of a prepare's time (docs/benchmarks.md,
+//! 2026-12-05). A reboot that empties it costs nothing: the files are
+//! rebuilt as above. Agents before it kept the files in
+//! `<plugin dir>/dra-device-metadata`; a claim they prepared keeps its
+//! files there until it is unprepared, because its recorded specs (which a
+//! container restarted in its pod still mounts) name that place
+//! ([`MetadataFiles::root_of`]).
+
+mod files;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 
-use dra_model::cdi::{ContainerEdits, Device, Mount, Spec};
+pub(crate) use files::MetadataFiles;
+
 use k8s_openapi::api::resource::v1::{DeviceAttribute, NetworkDeviceData};
 use serde_json::{Value, json};
-
-use crate::cdi::dir::CdiDir;
-use crate::checkpoint::Checkpoint;
 
 /// Where the files appear inside a container.
 pub(crate) const CONTAINER_ROOT: &str = "/var/run/kubernetes.io/dra-device-attributes";
@@ -58,8 +68,6 @@ pub(crate) const API_VERSIONS: [&str; 2] = [
     "metadata.resource.k8s.io/v1beta1",
     "metadata.resource.k8s.io/v1alpha1",
 ];
-/// The directory under the plugin directory.
-const HOST_DIR: &str = "dra-device-metadata";
 
 /// The device attributes of the published pool, by device name.
 ///
@@ -269,290 +277,11 @@ pub(crate) fn spec_file(driver: &str, uid: &str, request: &str) -> String {
     format!("{driver}_metadata_{uid}_{request}.json")
 }
 
-/// Where the metadata files of this driver live and their specs go.
-#[derive(Clone, Debug)]
-pub struct MetadataFiles {
-    driver: String,
-    root: PathBuf,
-    cdi: CdiDir,
-}
-
-impl MetadataFiles {
-    /// Files under `plugin_dir`, specs in `cdi`.
-    pub fn new(driver: &str, plugin_dir: &Path, cdi: CdiDir) -> Self {
-        Self {
-            driver: driver.to_string(),
-            root: plugin_dir.join(HOST_DIR),
-            cdi,
-        }
-    }
-
-    fn claim_dir(&self, uid: &str) -> PathBuf {
-        self.root.join(uid)
-    }
-
-    /// Writes the file and the CDI spec of each request of `claim`. A
-    /// failure removes what this call wrote.
-    pub fn write(
-        &self,
-        claim: &ClaimMeta,
-        requests: &[RequestMeta],
-    ) -> Result<Written, MetadataError> {
-        let written = self.write_all(claim, requests);
-        if written.is_err() {
-            let names = self.spec_names(&claim.uid, requests.iter().map(RequestMeta::base));
-            let _ = self.remove(&claim.uid, &names);
-        }
-        written
-    }
-
-    fn write_all(
-        &self,
-        claim: &ClaimMeta,
-        requests: &[RequestMeta],
-    ) -> Result<Written, MetadataError> {
-        let mut written = Written::default();
-        for request in requests {
-            let base = request.base();
-            let file = self.file_of(&claim.uid, base);
-            let dir = self.claim_dir(&claim.uid).join(base);
-            fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
-            let text = document(&self.driver, claim, request);
-            write_replacing(&file, text.as_bytes())?;
-            let (id, content) = self.spec(claim, base, &file)?;
-            let spec_name = spec_file(&self.driver, &claim.uid, base);
-            self.write_spec(&spec_name, &content)?;
-            written.ids.insert(base.to_string(), id);
-            written.specs.insert(spec_name, content);
-            written.requests.insert(base.to_string());
-        }
-        Ok(written)
-    }
-
-    /// Writes a recorded metadata file of `request` of claim `uid` again
-    /// when it is missing or differs (lost to a power cut: files are not
-    /// fsynced); whether it did.
-    pub fn restore_file(
-        &self,
-        uid: &str,
-        request: &str,
-        content: &str,
-    ) -> Result<bool, MetadataError> {
-        let dir = self.claim_dir(uid).join(request);
-        let file = self.file_of(uid, request);
-        match fs::read(&file) {
-            Ok(on_disk) if on_disk == content.as_bytes() => return Ok(false),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error("read", &file)(e)),
-        }
-        fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
-        write_replacing(&file, content.as_bytes())?;
-        Ok(true)
-    }
-
-    /// Writes a recorded spec again when it is missing or differs (after a
-    /// reboot emptied the CDI directory); whether it did.
-    pub fn restore(&self, file: &str, content: &str) -> Result<bool, MetadataError> {
-        let read = self.cdi.read(file);
-        let on_disk = read.map_err(|e| io_error("read", Path::new(file))(io::Error::other(e)))?;
-        if on_disk.as_deref() == Some(content.as_bytes()) {
-            return Ok(false);
-        }
-        self.write_spec(file, content)?;
-        Ok(true)
-    }
-
-    fn write_spec(&self, file: &str, content: &str) -> Result<(), MetadataError> {
-        (self.cdi.write_file(file, content.as_bytes()))
-            .map_err(|e| io_error("write", Path::new(file))(io::Error::other(e)))
-    }
-
-    /// The spec mounting `file` for `request`: its CDI ID and JSON text.
-    fn spec(
-        &self,
-        claim: &ClaimMeta,
-        request: &str,
-        file: &Path,
-    ) -> Result<(String, String), MetadataError> {
-        let spec = Spec {
-            kind: format!("{}/metadata", self.driver),
-            devices: vec![Device {
-                name: format!("{}_{request}", claim.uid),
-                container_edits: ContainerEdits {
-                    mounts: vec![Mount {
-                        host_path: file.display().to_string(),
-                        container_path: container_path(&self.driver, claim, request),
-                        options: vec!["ro".into(), "bind".into()],
-                        kind: None,
-                    }],
-                    ..ContainerEdits::default()
-                },
-                ..Device::default()
-            }],
-            ..Spec::default()
-        };
-        let id = spec.qualified(&spec.devices[0].name);
-        let text = spec.finish().map_err(|e| {
-            io_error("build the CDI spec of", file)(io::Error::other(e.to_string()))
-        })?;
-        Ok((id, text))
-    }
-
-    /// Removes the files of claim `uid` and its specs `spec_files` (with
-    /// their temp files); absent ones are fine. The specs are named, not
-    /// looked for: listing the CDI directory made every unprepare cost as
-    /// much as the number of claims prepared (20,000 names at 10,000
-    /// claims). Specs no record names, left by a prepare that did not
-    /// finish, are found once, at start-up ([`Self::remove_orphans`]).
-    pub fn remove<'a>(
-        &self,
-        uid: &str,
-        spec_files: impl IntoIterator<Item = &'a String>,
-    ) -> Result<(), MetadataError> {
-        remove_path(&self.claim_dir(uid))?;
-        for file in spec_files {
-            (self.cdi.remove(file))
-                .map_err(|e| io_error("remove", Path::new(file))(io::Error::other(e)))?;
-        }
-        Ok(())
-    }
-
-    /// The spec file names of requests `requests` (`a`, not `a/b`) of claim `uid`.
-    fn spec_names<'a>(
-        &self,
-        uid: &str,
-        requests: impl IntoIterator<Item = &'a str>,
-    ) -> Vec<String> {
-        let names = requests
-            .into_iter()
-            .map(|request| spec_file(&self.driver, uid, request));
-        names.collect()
-    }
-
-    /// Writes the files and specs of `requests` of `claim` again, and on
-    /// failure removes nothing ([`Self::write`] does): a restore must not
-    /// take away what is intact.
-    pub fn rewrite(
-        &self,
-        claim: &ClaimMeta,
-        requests: &[RequestMeta],
-    ) -> Result<(), MetadataError> {
-        self.write_all(claim, requests).map(drop)
-    }
-
-    /// The requests among `requests` of `claim` whose file is not as
-    /// [`Self::write`] left it: one whole document per API version, of this
-    /// claim and request. A power cut can lose the file or cut it short (it
-    /// is not fsynced).
-    pub fn damaged(
-        &self,
-        claim: &ClaimMeta,
-        requests: &[String],
-    ) -> Result<Vec<String>, MetadataError> {
-        let mut damaged = Vec::new();
-        for request in requests {
-            let file = self.file_of(&claim.uid, request);
-            let whole = match fs::read(&file) {
-                Ok(bytes) => std::str::from_utf8(&bytes)
-                    .is_ok_and(|text| documents_of(text, &claim.uid, request)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-                Err(e) => return Err(io_error("read", &file)(e)),
-            };
-            if !whole {
-                damaged.push(request.clone());
-            }
-        }
-        Ok(damaged)
-    }
-
-    fn file_of(&self, uid: &str, request: &str) -> PathBuf {
-        self.claim_dir(uid).join(request).join("metadata.json")
-    }
-
-    /// This driver's metadata specs in the CDI dir, and leftover temp files
-    /// of them: (claim UID, file name).
-    fn specs(&self) -> Result<Vec<(String, String)>, MetadataError> {
-        let prefix = format!("{}_metadata_", self.driver);
-        let names = self
-            .cdi
-            .file_names()
-            .map_err(|e| io_error("list", Path::new("the CDI directory"))(io::Error::other(e)))?;
-        Ok(names
-            .into_iter()
-            .filter_map(|n| {
-                let spec = (n.strip_prefix('.')).and_then(|t| t.strip_suffix(".tmp"));
-                let rest = spec
-                    .unwrap_or(&n)
-                    .strip_prefix(&prefix)?
-                    .strip_suffix(".json")?;
-                // A UID has no '_'; a request name neither.
-                let (uid, _request) = rest.split_once('_')?;
-                Some((uid.to_string(), n.clone()))
-            })
-            .collect())
-    }
-
-    /// Removes the metadata of every claim `checkpoint` does not hold (left
-    /// by a prepare that did not finish); what was removed.
-    pub fn remove_orphans(&self, checkpoint: &Checkpoint) -> Result<Vec<String>, MetadataError> {
-        let mut removed = Vec::new();
-        for (uid, file) in self.specs()? {
-            if !checkpoint.claims.contains_key(&uid) {
-                (self.cdi.remove(&file))
-                    .map_err(|e| io_error("remove", Path::new(&file))(io::Error::other(e)))?;
-                removed.push(file);
-            }
-        }
-        let held: BTreeSet<&String> = checkpoint.claims.keys().collect();
-        let entries = match fs::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
-            Err(e) => return Err(io_error("list", &self.root)(e)),
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !held.contains(&name) {
-                let path = entry.path();
-                remove_path(&path)?;
-                removed.push(path.display().to_string());
-            }
-        }
-        Ok(removed)
-    }
-}
-
-/// Removes a directory tree or a file; absent is fine.
-fn remove_path(path: &Path) -> Result<(), MetadataError> {
-    let removed = match fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(path),
-        Ok(_) => fs::remove_file(path),
-        Err(e) => Err(e),
-    };
-    match removed {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error("remove", path)(e)),
-        _ => Ok(()),
-    }
-}
-
-/// Replaces `path` with `bytes` atomically (temp file in the same
-/// directory, rename), readable by all (0644). Not fsynced: the checkpoint
-/// holds the content and the file is written again from there.
-fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let tmp = path.with_extension("json.tmp");
-    let mut file = fs::File::create(&tmp).map_err(io_error("create", &tmp))?;
-    file.write_all(bytes).map_err(io_error("write", &tmp))?;
-    (file.set_permissions(fs::Permissions::from_mode(0o644))).map_err(io_error("chmod", &tmp))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(io_error("rename", path))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn claim(pod_claim_name: Option<&str>) -> ClaimMeta {
+    pub(super) fn claim(pod_claim_name: Option<&str>) -> ClaimMeta {
         ClaimMeta {
             namespace: "ns".into(),
             name: "train-0-nic".into(),
@@ -561,7 +290,7 @@ mod tests {
         }
     }
 
-    fn request() -> RequestMeta {
+    pub(super) fn request() -> RequestMeta {
         RequestMeta {
             request: "nics/rail".into(),
             devices: vec![MetaDevice {
@@ -647,72 +376,5 @@ mod tests {
             container_path("ainic.amd.com", &claim(Some("nic")), "nics"),
             "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/nic/nics/ainic.amd.com-metadata.json"
         );
-    }
-
-    #[test]
-    fn write_remove_and_orphans_leave_only_what_the_checkpoint_holds() {
-        let tmp = tempfile::tempdir().unwrap();
-        let cdi = CdiDir::open(&tmp.path().join("cdi")).unwrap();
-        let files = MetadataFiles::new("ainic.amd.com", &tmp.path().join("plugin"), cdi.clone());
-        let c = claim(None);
-        let written = files.write(&c, &[request()]).unwrap();
-        assert_eq!(
-            written.ids["nics"],
-            format!("ainic.amd.com/metadata={}_nics", c.uid)
-        );
-        let host = tmp.path().join(format!(
-            "plugin/dra-device-metadata/{}/nics/metadata.json",
-            c.uid
-        ));
-        let mode = fs::metadata(&host).unwrap().permissions();
-        assert_eq!(
-            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
-            0o644
-        );
-        let spec_name = spec_file("ainic.amd.com", &c.uid, "nics");
-        let spec: Value = serde_json::from_slice(&cdi.read(&spec_name).unwrap().unwrap()).unwrap();
-        let mount = &spec["devices"][0]["containerEdits"]["mounts"][0];
-        assert_eq!(mount["hostPath"], host.display().to_string());
-        assert_eq!(mount["options"], json!(["ro", "bind"]));
-
-        // A claim the checkpoint does not hold is an orphan.
-        let removed = files.remove_orphans(&Checkpoint::default()).unwrap();
-        assert_eq!(removed.len(), 2, "{removed:?}");
-        assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
-
-        // A recorded spec comes back after a reboot emptied the CDI dir.
-        let written = files.write(&c, &[request()]).unwrap();
-        cdi.remove(&spec_name).unwrap();
-        assert!(
-            files
-                .restore(&spec_name, &written.specs[&spec_name])
-                .unwrap()
-        );
-        assert!(
-            !files
-                .restore(&spec_name, &written.specs[&spec_name])
-                .unwrap()
-        );
-
-        // The claim recreated under its name is another UID: its files
-        // are its own, and removing the old one leaves them.
-        let again = ClaimMeta {
-            uid: "0b1c2d3e-0000-4000-8000-000000000002".into(),
-            ..c.clone()
-        };
-        let again_specs = files.write(&again, &[request()]).unwrap().specs;
-        files.remove(&c.uid, written.specs.keys()).unwrap();
-        assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
-        let other = spec_file("ainic.amd.com", &again.uid, "nics");
-        assert!(cdi.read(&other).unwrap().is_some());
-        // A leftover temp file of a spec is the claim's too.
-        cdi.write_file(&format!(".{other}.tmp"), b"{").unwrap();
-        files.remove(&again.uid, again_specs.keys()).unwrap();
-        assert!(
-            cdi.file_names().unwrap().is_empty(),
-            "{:?}",
-            cdi.file_names()
-        );
-        files.remove(&again.uid, again_specs.keys()).unwrap();
     }
 }
