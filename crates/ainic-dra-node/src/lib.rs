@@ -20,6 +20,7 @@
 //! update serves beside the old one under socket names of its own and
 //! owns the state once the old one has let go of it.
 
+pub mod addresses;
 pub mod agent;
 pub mod cdi;
 pub mod checkpoint;

@@ -63,10 +63,12 @@ async fn open_state(
     reconciled
         .removed
         .extend(files.remove_orphans(&store.snapshot())?);
+    let addresses = crate::addresses::Addresses::watched();
     let metadata = Some(plugin::MetadataParts {
         files,
         write: config.device_metadata,
         attributes: parts.attributes.clone(),
+        addresses: addresses.clone(),
     });
     let (status_tx, status_rx) = tokio::sync::mpsc::unbounded_channel();
     let sandboxes = Arc::new(
@@ -89,6 +91,7 @@ async fn open_state(
         claims.clone(),
         config.scope.clone(),
         inventory.clone(),
+        addresses,
     );
     tasks.spawn_critical("claim status writer", writer);
     let driver = Arc::new(Driver::new(DriverParts {

@@ -8,5 +8,6 @@ pub mod apiserver;
 pub mod fake_kubelet_dp;
 pub mod fixture;
 pub mod kubelet;
+pub mod netns;
 pub mod nri_runtime;
 pub mod testbed;

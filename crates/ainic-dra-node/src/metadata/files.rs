@@ -335,7 +335,6 @@ fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
 mod tests {
     use super::*;
     use crate::metadata::tests::{claim, request};
-    use k8s_openapi::api::resource::v1::{DeviceAttribute, NetworkDeviceData};
     use serde_json::{Value, json};
 
     #[test]

@@ -103,6 +103,8 @@ pub struct MetadataParts {
     /// The attributes of the published devices; `None` until the
     /// publisher first built its slices.
     pub attributes: watch::Receiver<Option<Arc<DeviceAttributes>>>,
+    /// The interfaces' addresses, for the metadata's network data.
+    pub addresses: crate::addresses::Addresses,
 }
 
 /// How long a prepare waits for the first published attributes before it

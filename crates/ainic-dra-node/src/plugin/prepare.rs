@@ -203,7 +203,7 @@ impl Driver {
         for device in devices {
             let mut net = status::netdev_of(device, inventory);
             if let Some(ifname) = &net.interface_name {
-                net.ips = status::addresses(ifname).await;
+                net.ips = parts.addresses.of(ifname).await;
             }
             let entry = MetaDevice {
                 pool: device.pool.clone(),

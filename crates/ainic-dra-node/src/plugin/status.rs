@@ -23,6 +23,7 @@ use topology::Inventory;
 use super::ClaimRef;
 use super::claims::SharedClaims;
 use super::resolve::Scope;
+use crate::addresses::Addresses;
 use crate::checkpoint::PreparedDevice;
 
 /// What the status writer is asked to do.
@@ -78,6 +79,7 @@ pub async fn run(
     claims: SharedClaims,
     scope: Scope,
     inventory: watch::Receiver<Arc<Inventory>>,
+    addresses: Addresses,
 ) {
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
@@ -95,7 +97,7 @@ pub async fn run(
             .collect();
         for (index, job) in batch.iter().enumerate() {
             if last[job.claim().uid.as_str()] == index {
-                write(job, &claims, &scope, &inventory).await;
+                write(job, &claims, &scope, &inventory, &addresses).await;
             }
         }
     }
@@ -106,6 +108,7 @@ async fn write(
     claims: &SharedClaims,
     scope: &Scope,
     inventory: &watch::Receiver<Arc<Inventory>>,
+    addresses: &Addresses,
 ) {
     let moved_none = std::collections::BTreeMap::new();
     let (claim, devices, moved) = match job {
@@ -127,7 +130,7 @@ async fn write(
             None => {
                 let mut net = netdev_of(&device, &today);
                 if let Some(ifname) = &net.interface_name {
-                    net.ips = addresses(ifname).await;
+                    net.ips = addresses.of(ifname).await;
                 }
                 net
             }
@@ -231,42 +234,6 @@ pub fn entries(
         .collect()
 }
 
-/// The API takes at most this many addresses per device.
-pub const MAX_IPS: usize = 16;
-
-/// The addresses of interface `ifname` in this network namespace, in CIDR
-/// form, from rtnetlink; none when it is not here (another namespace, a
-/// test's sysfs tree) or netlink cannot be asked.
-pub async fn addresses(ifname: &str) -> Vec<String> {
-    use futures::TryStreamExt;
-    use rtnetlink::packet_route::address::AddressAttribute;
-    let Ok((connection, handle, _)) = rtnetlink::new_connection() else {
-        return Vec::new();
-    };
-    let connection = tokio::spawn(connection);
-    let mut out = Vec::new();
-    let mut links = handle.link().get().match_name(ifname.to_string()).execute();
-    if let Ok(Some(link)) = links.try_next().await {
-        let mut addresses = handle
-            .address()
-            .get()
-            .set_link_index_filter(link.header.index)
-            .execute();
-        while let Ok(Some(message)) = addresses.try_next().await {
-            let prefix = message.header.prefix_len;
-            for attribute in &message.attributes {
-                if let AddressAttribute::Address(ip) = attribute {
-                    out.push(format!("{ip}/{prefix}"));
-                }
-            }
-        }
-    }
-    connection.abort();
-    out.dedup();
-    out.truncate(MAX_IPS);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,10 +278,5 @@ mod tests {
             got[1].get("networkData").is_none(),
             "nothing known, nothing said"
         );
-    }
-
-    #[tokio::test]
-    async fn an_interface_that_is_not_here_has_no_addresses() {
-        assert!(addresses("ainic-none0").await.is_empty());
     }
 }

@@ -6,6 +6,7 @@ use tokio::sync::watch;
 
 use super::claims::FakeClaims;
 use super::*;
+use crate::addresses::{self, Addresses};
 use crate::checkpoint;
 use crate::fixtures::{self, claim, nic_config};
 
@@ -50,6 +51,7 @@ fn harness_of(
         files: MetadataFiles::new(D, &metadata_dir, &plugin_dir, cdi.clone()),
         write: true,
         attributes,
+        addresses: Addresses::uncached(addresses::kernel_lookup()),
     });
     let driver = Arc::new(Driver::new(DriverParts {
         scope: Scope {
@@ -634,7 +636,8 @@ async fn the_status_writer_applies_ready_entries_then_none() {
         pool: "node-a".into(),
     };
     let (_inventory_tx, inventory) = watch::channel(Arc::new(fixtures::inventory()));
-    status::run(jobs, claims.clone(), scope, inventory).await;
+    let addresses = Addresses::uncached(addresses::kernel_lookup());
+    status::run(jobs, claims.clone(), scope, inventory, addresses).await;
     let applied = claims.applied();
     assert_eq!(applied.len(), 2);
     let (key, first) = &applied[0];

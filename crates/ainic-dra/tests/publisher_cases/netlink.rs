@@ -40,11 +40,7 @@ async fn expect(events: &mut mpsc::Receiver<LinkEvent>, ifname: &str, up: bool) 
 #[tokio::test]
 #[ignore = "runs only inside its own network namespace, started by link_events_come_from_netlink"]
 async fn veth_changes_arrive_as_link_events() {
-    assert_eq!(
-        std::env::var("AINIC_NETNS_INNER").as_deref(),
-        Ok("1"),
-        "run via the outer test"
-    );
+    assert!(testkit::netns::is_inner(), "run via the outer test");
     let mut events = NetlinkLinks.subscribe().expect("netlink multicast socket");
     ip(&["link", "add", "v0", "type", "veth", "peer", "name", "v1"]);
     ip(&["link", "set", "v1", "up"]);
@@ -56,26 +52,5 @@ async fn veth_changes_arrive_as_link_events() {
 
 #[test]
 fn link_events_come_from_netlink() {
-    // Fails rather than skips: the test command runs as root, and a
-    // missing netns would otherwise hide that link events are untested.
-    let probe = Command::new("unshare").args(["-n", "true"]).status();
-    assert!(
-        probe.is_ok_and(|s| s.success()),
-        "cannot create a network namespace with `unshare -n` (run the tests as root)"
-    );
-    let exe = std::env::current_exe().unwrap();
-    let output = Command::new("unshare")
-        .arg("-n")
-        .arg(exe)
-        .args(["--exact", INNER, "--ignored", "--test-threads=1"])
-        .env("AINIC_NETNS_INNER", "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(text.contains("1 passed"), "inner test did not run: {text}");
+    testkit::netns::run_inner(INNER);
 }

@@ -1,0 +1,41 @@
+//! Tests that need a network namespace of their own (to make links and
+//! addresses without touching the host's): an outer test re-runs one
+//! ignored inner test of the same binary under `unshare -n`.
+
+use std::process::Command;
+
+/// The variable set for the inner test, which it checks so that it never
+/// runs in the host's namespace.
+pub const INNER_VAR: &str = "AINIC_NETNS_INNER";
+
+/// Runs the ignored test `inner` (its full path) of this test binary in a
+/// new network namespace and fails unless it ran and passed. Fails rather
+/// than skips where no namespace can be made: the test command runs as
+/// root, and a missing one would hide that the inner test never ran.
+pub fn run_inner(inner: &str) {
+    let probe = Command::new("unshare").args(["-n", "true"]).status();
+    assert!(
+        probe.is_ok_and(|s| s.success()),
+        "cannot create a network namespace with `unshare -n` (run the tests as root)"
+    );
+    let exe = std::env::current_exe().unwrap();
+    let output = Command::new("unshare")
+        .arg("-n")
+        .arg(exe)
+        .args(["--exact", inner, "--ignored", "--test-threads=1"])
+        .env(INNER_VAR, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("1 passed"), "inner test did not run: {text}");
+}
+
+/// Whether this is the inner run (see [`run_inner`]).
+pub fn is_inner() -> bool {
+    std::env::var(INNER_VAR).as_deref() == Ok("1")
+}
