@@ -8,7 +8,8 @@
 //!
 //! `PEER_BENCH_BIN=<dra-example-kubeletplugin> cargo bench -p ainic-dra
 //! --bench peer` (env `PEER_BENCH_ROUNDS`, default 5; `PEER_BENCH_LEVELS`,
-//! default `0,10,1000`; `AGENT_BENCH_BIN` runs another build of ours).
+//! default `0,10,1000`; `AGENT_BENCH_BIN` runs another build of ours;
+//! `PREPARE_BENCH_NETDEVS=1` runs both where our node's netdevs exist).
 //!
 //! The peer's unprepare makes no API call; its prepare reads each claim,
 //! as ours does. It cannot publish its slices to the stand-in (its Go
@@ -61,6 +62,7 @@ async fn start_ours(dir: &Path, kubeconfig: &Path) -> Plugin {
     let yaml = testkit::fixture::bundled_by_name("mi300x-8gpu-8nic").unwrap();
     let topology = testkit::fixture::Topology::from_yaml(yaml).unwrap();
     topology.render(&sysfs).unwrap();
+    timing::add_netdevs(&sysfs);
     let started = Instant::now();
     let process = support::start_agent(dir, &sysfs, kubeconfig, &[], true);
     let kubelet = register(&dir.join("registry"), timing::DRIVER, started).await;
@@ -162,6 +164,7 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` probes with --list
     }
+    timing::in_netns_if_asked();
     let Ok(peer) = std::env::var("PEER_BENCH_BIN") else {
         println!(
             "peer: not run: PEER_BENCH_BIN names no peer plugin (scripts/build-peer builds one)"

@@ -6,7 +6,9 @@
 //! to change the number of single-claim rounds, default 300;
 //! `PREPARE_BENCH_LOAD=0` skips the runs with 10, 1,000 and 10,000 claims
 //! already prepared, `PREPARE_BENCH_LEVELS=10,1000` picks other numbers;
-//! `AGENT_BENCH_BIN` runs another build of the agent).
+//! `AGENT_BENCH_BIN` runs another build of the agent;
+//! `PREPARE_BENCH_NETDEVS=1` runs it where the node's netdevs exist, in a
+//! network namespace of its own).
 
 use std::time::{Duration, Instant};
 
@@ -131,6 +133,7 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` probes with --list
     }
+    timing::in_netns_if_asked();
     let rounds: usize = std::env::var("PREPARE_BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -142,6 +145,7 @@ async fn main() {
         .unwrap()
         .render(&sysfs)
         .unwrap();
+    timing::add_netdevs(&sysfs);
     let (api, kubeconfig) = support::api_with_node(tmp.path()).await;
     let registry = tmp.path().join("registry");
     let started = Instant::now();

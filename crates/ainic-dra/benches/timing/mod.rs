@@ -131,3 +131,51 @@ pub async fn settle(api: &ApiServer) {
         seen = now;
     }
 }
+
+/// `PREPARE_BENCH_NETDEVS=1` runs the bench in a network namespace of its
+/// own (`unshare -n`) where the node's netdevs exist, each up with an
+/// address, as on a node: the agent's device metadata and claim status
+/// then read real addresses. Without it, the fixture's netdevs are not
+/// there and asking for their addresses is cheaper than on a node. Call
+/// first: in the outer run it waits for the inner one and exits with its
+/// status; in the inner run, and without the variable, it returns.
+pub fn in_netns_if_asked() {
+    const INNER: &str = "AINIC_BENCH_NETNS_INNER";
+    if std::env::var("PREPARE_BENCH_NETDEVS").as_deref() != Ok("1") || std::env::var(INNER).is_ok()
+    {
+        return;
+    }
+    let status = std::process::Command::new("unshare")
+        .arg("-n")
+        .args(std::env::args_os())
+        .env(INNER, "1")
+        .status()
+        .expect("unshare runs (run the bench as root)");
+    std::process::exit(status.code().unwrap_or(1));
+}
+
+/// In the namespace of [`in_netns_if_asked`], brings loopback up and makes
+/// each netdev of the sysfs tree at `sysfs` (one end of a veth pair, up,
+/// with an address); elsewhere does nothing.
+pub fn add_netdevs(sysfs: &std::path::Path) {
+    if std::env::var("AINIC_BENCH_NETNS_INNER").is_err() {
+        return;
+    }
+    let ip = |args: &[&str]| {
+        let status = std::process::Command::new("ip").args(args).status();
+        assert!(status.is_ok_and(|s| s.success()), "ip {args:?} failed");
+    };
+    ip(&["link", "set", "lo", "up"]);
+    let mut names: Vec<String> = std::fs::read_dir(sysfs.join("class/net"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for (i, name) in names.iter().enumerate() {
+        let peer = format!("peer{i}");
+        ip(&["link", "add", name, "type", "veth", "peer", "name", &peer]);
+        ip(&["addr", "add", &format!("10.9.{i}.2/24"), "dev", name]);
+        ip(&["link", "set", name, "up"]);
+    }
+    println!("in a network namespace of its own, with netdevs {names:?}");
+}
