@@ -39,7 +39,8 @@ pub(crate) struct NodePaths {
     pub cdi: PathBuf,
     /// `--plugin-dir`: the driver's own directory, all of it ours.
     pub plugin: PathBuf,
-    /// `--metadata-dir`: the device-metadata files, all of it ours.
+    /// `--metadata-dir`: the device-metadata files, a directory per claim
+    /// (what is not laid out as one stays).
     pub metadata: PathBuf,
     /// `--registry-dir`: the registration sockets named after the driver.
     pub registry: PathBuf,
@@ -73,7 +74,8 @@ pub(crate) fn remove_node_state(paths: &NodePaths) -> std::io::Result<Removed> {
     )?;
     remove_in(&paths.state, |_| true, &mut removed)?;
     remove_in(&paths.plugin, |_| true, &mut removed)?;
-    remove_in(&paths.metadata, |_| true, &mut removed)?;
+    let claim_dir = |name: &str| crate::metadata::is_claim_dir(&paths.metadata.join(name));
+    remove_in(&paths.metadata, claim_dir, &mut removed)?;
     let registration = |n: &str| n.starts_with(&format!("{driver}-")) && n.ends_with("reg.sock");
     remove_in(&paths.registry, registration, &mut removed)?;
     if let Some(dir) = &paths.device_plugins {
@@ -179,6 +181,14 @@ mod tests {
         path
     }
 
+    /// A claim's device-metadata directory, as the agent lays it out.
+    fn claim_dir(dir: &Path, uid: &str) -> PathBuf {
+        let path = dir.join(uid);
+        std::fs::create_dir_all(path.join("nic")).unwrap();
+        touch(&path.join("nic"), "metadata.json");
+        path
+    }
+
     #[test]
     fn removes_the_drivers_files_and_nobody_elses_when_no_claim_is_prepared() {
         let (_root, p) = node();
@@ -187,7 +197,7 @@ mod tests {
             touch(&p.cdi, "ainic-dra-classic.json"),
             touch(&p.cdi, "ainic.amd.com_metadata_u1_nic.json"),
             touch(&p.plugin, "dra-old.sock"),
-            touch(&p.metadata, "u1"),
+            claim_dir(&p.metadata, "u1"),
             touch(&p.registry, "ainic.amd.com-old-reg.sock"),
             touch(
                 p.device_plugins.as_ref().unwrap(),
@@ -198,6 +208,9 @@ mod tests {
             touch(&p.cdi, "gpu.amd.com-1234.json"),
             touch(&p.registry, "gpu.amd.com-reg.sock"),
             touch(p.device_plugins.as_ref().unwrap(), "kubelet.sock"),
+            // A --metadata-dir shared with others: not ours unless laid out so.
+            touch(&p.metadata, "containerd.sock"),
+            touch(&claim_dir(&p.metadata, "lib"), "other"),
         ];
         let Removed::Files(removed) = remove_node_state(&p).unwrap() else {
             panic!("nothing is prepared");

@@ -291,13 +291,39 @@ fn remove_unheld(
     };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !held.contains(&name) {
-            let path = entry.path();
-            remove_path(&path)?;
-            removed.push(path.display().to_string());
+        let path = entry.path();
+        if held.contains(&name) {
+            continue;
         }
+        if !is_claim_dir(&path) {
+            tracing::warn!(path = %path.display(), "not a claim's device-metadata directory: left alone (is --metadata-dir a directory of its own?)");
+            continue;
+        }
+        remove_path(&path)?;
+        removed.push(path.display().to_string());
     }
     Ok(())
+}
+
+/// Whether `path` is laid out as a claim's directory of ours: a directory
+/// of directories, each holding at most `metadata.json` and its temp file.
+/// What is not is never removed: `--metadata-dir` naming a directory
+/// others use too (`/var/run`) must not cost them their files.
+pub(crate) fn is_claim_dir(path: &Path) -> bool {
+    let ours = |file: &fs::DirEntry| {
+        let name = file.file_name();
+        (name == "metadata.json" || name == "metadata.json.tmp")
+            && file.file_type().is_ok_and(|t| t.is_file())
+    };
+    let request_dir = |entry: fs::DirEntry| {
+        entry.file_type().is_ok_and(|t| t.is_dir())
+            && fs::read_dir(entry.path())
+                .is_ok_and(|files| files.into_iter().all(|f| f.is_ok_and(|f| ours(&f))))
+    };
+    let is_dir = fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+    is_dir
+        && fs::read_dir(path)
+            .is_ok_and(|entries| entries.into_iter().all(|e| e.is_ok_and(request_dir)))
 }
 
 /// The file of `request` of claim `uid` under `root`.
@@ -370,10 +396,23 @@ mod tests {
         // plugin directory of older agents too.
         let legacy = plugin.join(format!("dra-device-metadata/{}/nics", c.uid));
         fs::create_dir_all(&legacy).unwrap();
+        // What is not laid out as a claim's directory is not ours: kept.
+        let md = tmp.path().join("md");
+        let theirs = [md.join("run.sock"), md.join("lib/other")];
+        fs::create_dir_all(md.join("lib")).unwrap();
+        fs::create_dir_all(md.join("net/x")).unwrap();
+        for path in &theirs {
+            fs::write(path, "").unwrap();
+        }
         let removed = files.remove_orphans(&Checkpoint::default()).unwrap();
-        assert_eq!(removed.len(), 3, "{removed:?}");
+        assert_eq!(removed.len(), 3 + 1, "{removed:?}");
         assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
         assert!(!legacy.exists());
+        assert!(theirs.iter().all(|p| p.exists()));
+        assert!(
+            !md.join("net").exists(),
+            "empty: a prepare that did not finish"
+        );
 
         // A recorded spec comes back after a reboot emptied the CDI dir.
         let written = files.write(&c, &[request()]).unwrap();

@@ -53,7 +53,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
-pub(crate) use files::MetadataFiles;
+pub(crate) use files::{MetadataFiles, is_claim_dir};
 
 use k8s_openapi::api::resource::v1::{DeviceAttribute, NetworkDeviceData};
 use serde_json::{Value, json};

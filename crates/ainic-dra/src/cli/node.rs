@@ -65,8 +65,9 @@ pub struct NodeArgs {
 
     /// Where the device-metadata files of prepared claims are written
     /// (`--device-metadata`), bind-mounted from here into containers: a
-    /// tmpfs such as `/var/run`, seen at the same path by the runtime; every
-    /// file in it is the agent's. They are rebuilt from the checkpoint when
+    /// tmpfs such as `/var/run`, seen at the same path by the runtime, and a
+    /// directory of its own (what in it is not laid out as a claim's
+    /// directory is left alone). They are rebuilt from the checkpoint when
     /// lost. Claims prepared before this flag existed keep their files in
     /// `<plugin dir>/dra-device-metadata` until unprepared.
     #[arg(
