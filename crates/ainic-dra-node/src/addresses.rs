@@ -3,9 +3,11 @@
 //! the kernel says that an address or a link changed (rtnetlink's multicast
 //! groups of links and of IPv4 and IPv6 addresses, what `ip monitor` shows).
 //!
-//! Each prepare used to ask anew, on a netlink connection of its own, and
-//! the claim's status writer asked again: 120 µs for an interface that is
-//! not there, 340 µs for one that is (debug build; docs/benchmarks.md).
+//! Why: a question is a netlink connection and two requests, 120 µs for an
+//! interface that is not there and 340 µs for one that is (debug build),
+//! and every prepare asks, then the status writer again: on a node's
+//! netdevs, 100 concurrent prepares took 41 ms with a question each and
+//! 38 ms with the cache (docs/benchmarks.md, 2026-12-05).
 //!
 //! Fail-safe: any message on the event socket forgets everything, an
 //! overrun (the kernel dropped events: `ENOBUFS`) included; a lookup that
@@ -56,8 +58,8 @@ struct State {
 
 impl Addresses {
     /// Asks rtnetlink, and keeps the answers while its events arrive
-    /// (followed on the current tokio runtime). Without them, a cache that
-    /// keeps nothing, and a warning saying why.
+    /// (followed on the current tokio runtime, which it needs). Without
+    /// them, a cache that keeps nothing, and a warning saying why.
     pub fn watched() -> Self {
         let cache = Self::uncached(kernel_lookup());
         match kernel_changes() {
@@ -78,8 +80,10 @@ impl Addresses {
     }
 
     /// Keeps answers while `changes` lasts; each item forgets them all.
+    /// Needs a tokio runtime.
     pub fn follow(&self, changes: impl Stream<Item = ()> + Send + 'static) {
-        self.state().watching = true;
+        // As a change: a lookup that began before the events did is not kept.
+        self.forget(true);
         let cache = self.clone();
         tokio::spawn(async move {
             let mut changes = std::pin::pin!(changes);

@@ -197,7 +197,7 @@ mod tests {
             touch(&p.cdi, "ainic-dra-classic.json"),
             touch(&p.cdi, "ainic.amd.com_metadata_u1_nic.json"),
             touch(&p.plugin, "dra-old.sock"),
-            claim_dir(&p.metadata, "u1"),
+            claim_dir(&p.metadata, "0b1c2d3e-0000-4000-8000-000000000001"),
             touch(&p.registry, "ainic.amd.com-old-reg.sock"),
             touch(
                 p.device_plugins.as_ref().unwrap(),
@@ -211,6 +211,7 @@ mod tests {
             // A --metadata-dir shared with others: not ours unless laid out so.
             touch(&p.metadata, "containerd.sock"),
             touch(&claim_dir(&p.metadata, "lib"), "other"),
+            claim_dir(&p.metadata, "sshd"),
         ];
         let Removed::Files(removed) = remove_node_state(&p).unwrap() else {
             panic!("nothing is prepared");

@@ -33,7 +33,8 @@ async fn idle(sysfs: &Path, seconds: u64, extra: &[&str]) {
     let (_api, kubeconfig) = support::api_with_node(tmp.path()).await;
     let registry = tmp.path().join("registry");
     let _tmpfs = support::tmpfs_dirs(tmp.path());
-    let mut agent = support::start_agent(tmp.path(), sysfs, &kubeconfig, extra, true);
+    let mut command = support::agent_command(tmp.path(), sysfs, &kubeconfig, extra, true);
+    let mut agent = command.spawn().unwrap();
     let _kubelet = KubeletSim::register_driver(&registry, "ainic.amd.com")
         .await
         .unwrap();
@@ -70,7 +71,7 @@ async fn main() {
     testkit::fixture::sriov_node(8, 256)
         .render(root.path())
         .unwrap();
-    // Under a profiler (see support::start_agent) only the default run,
+    // Under a profiler (see support::agent_command) only the default run,
     // so that one profile is written.
     if std::env::var_os("AGENT_BENCH_WRAPPER").is_none() {
         idle(root.path(), seconds, &["--full-rescan-interval", "10"]).await;

@@ -63,8 +63,9 @@ async fn start_ours(dir: &Path, kubeconfig: &Path) -> Plugin {
     let topology = testkit::fixture::Topology::from_yaml(yaml).unwrap();
     topology.render(&sysfs).unwrap();
     timing::add_netdevs(&sysfs);
+    let mut command = support::agent_command(dir, &sysfs, kubeconfig, &[], true);
     let started = Instant::now();
-    let process = support::start_agent(dir, &sysfs, kubeconfig, &[], true);
+    let process = command.spawn().unwrap();
     let kubelet = register(&dir.join("registry"), timing::DRIVER, started).await;
     Plugin {
         name: "ours",
@@ -125,11 +126,11 @@ async fn register(registry: &Path, driver: &str, started: Instant) -> DraPluginC
 }
 
 /// Unprepare of 100 in one call on each plugin, rounds alternating, with
-/// `level` claims held by each.
+/// `level` claims held by each; `label` names the lines printed.
 async fn at_level(
     api: &ApiServer,
     plugins: &[Plugin],
-    level: usize,
+    (label, level): (&str, usize),
     rounds: usize,
     next: &mut usize,
 ) {
@@ -148,13 +149,16 @@ async fn at_level(
     let p50s: Vec<Duration> = (plugins.iter().zip(times))
         .map(|(p, samples)| {
             report(
-                &format!("{} prepared, {}: unprepare 100 in one call", level, p.name),
+                &format!(
+                    "{label}{level} prepared, {}: unprepare 100 in one call",
+                    p.name
+                ),
                 samples,
             )
         })
         .collect();
     println!(
-        "{level} prepared: ours / peer = {:.2}",
+        "{label}{level} prepared: ours / peer = {:.2}",
         p50s[0].as_secs_f64() / p50s[1].as_secs_f64()
     );
 }
@@ -188,7 +192,7 @@ async fn main() {
         support::tmpfs_dirs(&ours_dir),
         support::tmpfs_dirs(&peer_dir),
     );
-    let mut plugins = vec![
+    let plugins = vec![
         start_ours(&ours_dir, &kubeconfig).await,
         start_peer(&peer, &peer_dir, &kubeconfig).await,
     ];
@@ -202,7 +206,7 @@ async fn main() {
     }
     timing::fsync_floor(tmp.path());
     let mut next = 1_000_000;
-    at_level(&api, &plugins, 0, 3, &mut next).await; // warm-up
+    at_level(&api, &plugins, ("warm-up, ", 0), 3, &mut next).await;
     let mut held = 0;
     for level in levels {
         for plugin in &plugins {
@@ -213,15 +217,19 @@ async fn main() {
         }
         held = held.max(level);
         settle(&api).await;
-        at_level(&api, &plugins, level, rounds, &mut next).await;
+        at_level(&api, &plugins, ("", level), rounds, &mut next).await;
     }
-    for p in &mut plugins {
-        println!(
-            "{} RSS after the runs: {}",
-            p.name,
-            support::rss(p.process.id())
-        );
-        let _ = p.process.kill();
-        let _ = p.process.wait();
+    for p in &plugins {
+        let rss = support::rss(p.process.id());
+        println!("{} RSS after the runs: {rss}", p.name);
+    }
+}
+
+impl Drop for Plugin {
+    /// A failed round leaves neither process running (the peer would retry
+    /// its slices for ever).
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
     }
 }

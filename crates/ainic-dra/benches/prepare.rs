@@ -148,7 +148,6 @@ async fn main() {
     timing::add_netdevs(&sysfs);
     let (api, kubeconfig) = support::api_with_node(tmp.path()).await;
     let registry = tmp.path().join("registry");
-    let started = Instant::now();
     // Extra agent flags, e.g. `--device-metadata=false` to see its cost.
     let extra = std::env::var("PREPARE_BENCH_AGENT_ARGS").unwrap_or_default();
     let extra: Vec<&str> = extra.split_whitespace().collect();
@@ -156,7 +155,9 @@ async fn main() {
     // every prepare, never synced; on the disk it would add its pages to
     // the checkpoint's sync (ext4 writes them out first).
     let _tmpfs = support::tmpfs_dirs(tmp.path());
-    let mut agent = support::start_agent(tmp.path(), &sysfs, &kubeconfig, &extra, false);
+    let mut command = support::agent_command(tmp.path(), &sysfs, &kubeconfig, &extra, false);
+    let started = Instant::now();
+    let mut agent = command.spawn().unwrap();
     // Polled every millisecond: the real kubelet is told by inotify.
     let poll = Duration::from_millis(1);
     let kubelet = KubeletSim::register_driver_polling(&registry, DRIVER, poll)

@@ -41,16 +41,20 @@ impl MetadataFiles {
     }
 
     /// Where the files of a claim prepared with the recorded metadata
-    /// specs `specs` live: where its specs mount them from, which is the
-    /// plugin directory for a claim an older agent prepared.
-    pub fn root_of(&self, specs: &BTreeMap<String, String>) -> &Path {
-        // Specs are JSON, which leaves '/' as it is.
-        let legacy = format!("\"{}/", self.legacy.display());
-        if specs.values().any(|spec| spec.contains(&legacy)) {
-            &self.legacy
-        } else {
-            &self.root
-        }
+    /// specs `specs` live: where its specs mount them from (a container
+    /// restarted in its pod gets the recorded spec), which is the plugin
+    /// directory for a claim an older agent prepared, and the former
+    /// `--metadata-dir` for one prepared before it changed; this agent's
+    /// own where no spec says.
+    pub fn root_of(&self, specs: &BTreeMap<String, String>) -> PathBuf {
+        let mounted = specs.values().find_map(|spec| mounted_root(spec));
+        mounted.unwrap_or_else(|| self.root.clone())
+    }
+
+    /// Whether `root` is this agent's metadata directory or the older
+    /// agents' one, rather than a former `--metadata-dir`.
+    pub fn is_known_root(&self, root: &Path) -> bool {
+        root == self.root || root == self.legacy
     }
 
     /// Writes the file and the CDI spec of each request of `claim`. A
@@ -185,6 +189,17 @@ impl MetadataFiles {
         Ok(())
     }
 
+    /// Removes the files and specs of claim `uid` recorded with the metadata
+    /// specs `specs`, wherever they mount them from ([`Self::root_of`]).
+    pub fn remove_recorded(
+        &self,
+        uid: &str,
+        specs: &BTreeMap<String, String>,
+    ) -> Result<(), MetadataError> {
+        remove_path(&self.root_of(specs).join(uid))?;
+        self.remove(uid, specs.keys())
+    }
+
     /// The spec file names of requests `requests` (`a`, not `a/b`) of claim `uid`.
     fn spec_names<'a>(
         &self,
@@ -277,6 +292,16 @@ impl MetadataFiles {
     }
 }
 
+/// The metadata directory a recorded spec mounts its file from:
+/// `<root>/<claim UID>/<request>/metadata.json`.
+fn mounted_root(spec: &str) -> Option<PathBuf> {
+    let spec: serde_json::Value = serde_json::from_str(spec).ok()?;
+    let host = spec["devices"][0]["containerEdits"]["mounts"][0]["hostPath"].as_str()?;
+    let file = Path::new(host);
+    let root = file.parent()?.parent()?.parent()?;
+    (file.file_name()? == "metadata.json").then(|| root.to_path_buf())
+}
+
 /// Removes the claim directories under `root` of claims not in `held`,
 /// adding them to `removed`; a missing `root` holds none.
 fn remove_unheld(
@@ -305,11 +330,13 @@ fn remove_unheld(
     Ok(())
 }
 
-/// Whether `path` is laid out as a claim's directory of ours: a directory
-/// of directories, each holding at most `metadata.json` and its temp file.
-/// What is not is never removed: `--metadata-dir` naming a directory
-/// others use too (`/var/run`) must not cost them their files.
+/// Whether `path` is laid out as a claim's directory of ours: named as the
+/// API server names claims (a UUID), a directory of directories, each
+/// holding at most `metadata.json` and its temp file. What is not is never
+/// removed: `--metadata-dir` naming a directory others use too (`/var/run`,
+/// with `/run/lock` and `/run/sshd` in it) must not cost them their files.
 pub(crate) fn is_claim_dir(path: &Path) -> bool {
+    let named = (path.file_name().and_then(|n| n.to_str())).is_some_and(is_uuid);
     let ours = |file: &fs::DirEntry| {
         let name = file.file_name();
         (name == "metadata.json" || name == "metadata.json.tmp")
@@ -321,9 +348,21 @@ pub(crate) fn is_claim_dir(path: &Path) -> bool {
                 .is_ok_and(|files| files.into_iter().all(|f| f.is_ok_and(|f| ours(&f))))
     };
     let is_dir = fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
-    is_dir
+    named
+        && is_dir
         && fs::read_dir(path)
             .is_ok_and(|entries| entries.into_iter().all(|e| e.is_ok_and(request_dir)))
+}
+
+/// Whether `name` is a UUID in its text form (8-4-4-4-12 hex digits), as
+/// the API server makes every object's UID.
+fn is_uuid(name: &str) -> bool {
+    let groups: Vec<&str> = name.split('-').collect();
+    let lengths = groups.iter().map(|g| g.len()).collect::<Vec<_>>();
+    lengths == [8, 4, 4, 4, 12]
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The file of `request` of claim `uid` under `root`.
@@ -345,8 +384,10 @@ fn remove_path(path: &Path) -> Result<(), MetadataError> {
 }
 
 /// Replaces `path` with `bytes` atomically (temp file in the same
-/// directory, rename), readable by all (0644). Not fsynced: the checkpoint
-/// holds the content and the file is written again from there.
+/// directory, rename), readable by all (0644). Not fsynced: a file lost or
+/// cut short is written again from the checkpoint's record (the claim's
+/// devices, today's attributes and addresses; the content itself for
+/// records of older agents).
 fn write_replacing(path: &Path, bytes: &[u8]) -> Result<(), MetadataError> {
     use std::os::unix::fs::PermissionsExt as _;
     let tmp = path.with_extension("json.tmp");
@@ -400,7 +441,9 @@ mod tests {
         let md = tmp.path().join("md");
         let theirs = [md.join("run.sock"), md.join("lib/other")];
         fs::create_dir_all(md.join("lib")).unwrap();
-        fs::create_dir_all(md.join("net/x")).unwrap();
+        let interrupted = md.join("0b1c2d3e-0000-4000-8000-00000000000f");
+        fs::create_dir_all(interrupted.join("x")).unwrap();
+        fs::create_dir_all(md.join("sshd/x")).unwrap();
         for path in &theirs {
             fs::write(path, "").unwrap();
         }
@@ -409,6 +452,10 @@ mod tests {
         assert!(!host.exists() && cdi.read(&spec_name).unwrap().is_none());
         assert!(!legacy.exists());
         assert!(theirs.iter().all(|p| p.exists()));
+        assert!(
+            md.join("sshd/x").exists(),
+            "laid out as ours, named otherwise"
+        );
         assert!(
             !md.join("net").exists(),
             "empty: a prepare that did not finish"

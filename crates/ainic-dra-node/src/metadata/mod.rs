@@ -40,8 +40,10 @@
 //! (`/var/run`), as the CDI directory is: on a disk, ext4 writes the
 //! files' pages out when the checkpoint's `fdatasync` commits its journal,
 //! and that made half of a prepare's time (docs/benchmarks.md,
-//! 2026-12-05). A reboot that empties it costs nothing: the files are
-//! rebuilt as above. Agents before it kept the files in
+//! 2026-12-05). After a reboot empties it, the files are rebuilt as above
+//! at the kubelet's first prepare of each claim, which is refused (and
+//! retried by the kubelet) until the node's devices are published: a file
+//! without its attributes would pass for whole. Agents before it kept the files in
 //! `<plugin dir>/dra-device-metadata`; a claim they prepared keeps its
 //! files there until it is unprepared, because its recorded specs (which a
 //! container restarted in its pod still mounts) name that place

@@ -89,8 +89,11 @@ impl Driver {
             }
         }
         let root = parts.files.root_of(&record.metadata_specs);
+        if !parts.files.is_known_root(&root) {
+            tracing::warn!(claim_uid = %uid, dir = %root.display(), "the claim's device metadata is kept where it was written, in a former --metadata-dir: the agent writes it again there when lost, which only a mount of that directory makes reach the host (drain the node before changing the directory)");
+        }
         for (request, content) in &record.metadata_files {
-            if parts.files.restore_file(root, uid, request, content)? {
+            if parts.files.restore_file(&root, uid, request, content)? {
                 tracing::info!(claim_uid = %uid, request, "device-metadata file written again");
             }
         }
@@ -100,7 +103,7 @@ impl Driver {
             uid: uid.to_string(),
             pod_claim_name: record.metadata.pod_claim_name.clone(),
         };
-        let damaged = (parts.files).damaged(root, &claim, &record.metadata.requests)?;
+        let damaged = (parts.files).damaged(&root, &claim, &record.metadata.requests)?;
         if damaged.is_empty() {
             return Ok(());
         }
@@ -108,12 +111,26 @@ impl Driver {
             tracing::warn!(claim_uid = %uid, requests = ?damaged, "device-metadata files missing or cut short: written again at the kubelet's next prepare of the claim, once the devices are published");
             return Ok(());
         }
+        // Written without the attributes, the file would pass for whole and
+        // never be written again: the kubelet retries instead.
+        let mut attributes = parts.attributes.clone();
+        let published = attributes.wait_for(Option::is_some);
+        if !matches!(
+            tokio::time::timeout(ATTRIBUTES_WAIT, published).await,
+            Ok(Ok(_))
+        ) {
+            anyhow::bail!(
+                "claim {}/{}: its device-metadata files of requests {damaged:?} are lost (a reboot empties the metadata directory) and the node's devices are not published yet to write them again from; the kubelet retries",
+                record.namespace,
+                record.name
+            );
+        }
         let inventory = self.parts.inventory.borrow().clone();
         let mut requests = self
             .request_metadata(parts, &record.devices, &inventory)
             .await;
         requests.retain(|r| damaged.iter().any(|d| d == r.base()));
-        parts.files.rewrite(root, &claim, &requests)?;
+        parts.files.rewrite(&root, &claim, &requests)?;
         tracing::info!(claim_uid = %uid, requests = ?damaged, "device-metadata files written again");
         Ok(())
     }

@@ -792,6 +792,13 @@ async fn only_damaged_metadata_files_are_rebuilt_and_not_before_the_devices_are_
     std::fs::write(file("b"), b"\xff\xfe not text").unwrap();
     h.driver.refresh_all().await;
     assert_eq!(std::fs::read(file("b")).unwrap(), b"\xff\xfe not text");
+    // The kubelet's prepare (after a reboot: the files are on tmpfs) is
+    // refused and retried rather than writing b without its attributes,
+    // which would then pass for whole.
+    let refused = h.driver.prepare(&[r("two", "u1")]).await["u1"].clone();
+    let error = refused.unwrap_err();
+    assert!(error.contains("not published yet"), "{error}");
+    assert_eq!(std::fs::read(file("b")).unwrap(), b"\xff\xfe not text");
     // Published, with another value: the kubelet's prepare rebuilds b alone.
     h.attributes.send_replace(Some(rail(4)));
     assert!(h.driver.prepare(&[r("two", "u1")]).await["u1"].is_ok());
@@ -839,14 +846,19 @@ async fn metadata_recorded_with_its_content_by_an_older_agent_is_restored_and_re
 /// `--metadata-dir` wrote it, mounting its file from the plugin directory:
 /// the spec's text, and that file's path (not written).
 fn as_an_older_agent_wrote_it(h: &Harness, spec_name: &str) -> (String, PathBuf) {
+    as_written_in(h, spec_name, &h.plugin_dir.join("dra-device-metadata"))
+}
+
+/// The recorded spec `spec_name` of claim u1 as if its files were written
+/// under `dir`: the spec's text, and that file's path (not written).
+fn as_written_in(h: &Harness, spec_name: &str, dir: &std::path::Path) -> (String, PathBuf) {
     let spec = std::fs::read_to_string(h.cdi_dir.join(spec_name)).unwrap();
-    let legacy = h.plugin_dir.join("dra-device-metadata");
     let spec = spec.replace(
         &h.metadata_dir.display().to_string(),
-        &legacy.display().to_string(),
+        &dir.display().to_string(),
     );
-    assert!(spec.contains(&legacy.display().to_string()), "{spec}");
-    (spec, legacy.join("u1/nic/metadata.json"))
+    assert!(spec.contains(&dir.display().to_string()), "{spec}");
+    (spec, dir.join("u1/nic/metadata.json"))
 }
 
 /// Claims prepared before `--metadata-dir` keep their files in the plugin
@@ -856,12 +868,26 @@ fn as_an_older_agent_wrote_it(h: &Harness, spec_name: &str) -> (String, PathBuf)
 #[tokio::test]
 async fn metadata_files_of_claims_prepared_in_the_plugin_directory_stay_there() {
     let h = harness_of(None, true);
+    let legacy = h.plugin_dir.join("dra-device-metadata");
+    files_stay_where_the_recorded_spec_mounts_them(&h, &legacy).await;
+}
+
+/// A claim prepared before `--metadata-dir` changed: the same, in the
+/// former directory.
+#[tokio::test]
+async fn metadata_files_of_claims_prepared_in_a_former_metadata_dir_stay_there() {
+    let h = harness_of(None, true);
+    let former = h.metadata_dir.with_file_name("former-metadata");
+    files_stay_where_the_recorded_spec_mounts_them(&h, &former).await;
+}
+
+async fn files_stay_where_the_recorded_spec_mounts_them(h: &Harness, dir: &std::path::Path) {
     h.attributes.send_replace(Some(Arc::default()));
     h.claims
         .put(claim("a", "u1", &[("nic", D, "node-a", PF0)], json!([])));
     assert!(h.driver.prepare(&[r("a", "u1")]).await["u1"].is_ok());
     let spec_name = "ainic.amd.com_metadata_u1_nic.json";
-    let (spec, file) = as_an_older_agent_wrote_it(&h, spec_name);
+    let (spec, file) = as_written_in(h, spec_name, dir);
     std::fs::remove_dir_all(h.metadata_dir.join("u1")).unwrap();
     let mut record = h.driver.parts.store.get("u1").unwrap();
     record.metadata_specs = [(spec_name.to_string(), spec.clone())].into();
@@ -877,8 +903,8 @@ async fn metadata_files_of_claims_prepared_in_the_plugin_directory_stay_there() 
     assert!(text.contains("\"uid\": \"u1\""), "{text}");
     assert!(!h.metadata_dir.join("u1").exists());
     assert!(h.driver.unprepare(&[r("a", "u1")]).await["u1"].is_ok());
-    assert!(cdi_files(&h).is_empty(), "{:?}", cdi_files(&h));
-    assert!(!h.plugin_dir.join("dra-device-metadata/u1").exists());
+    assert!(cdi_files(h).is_empty(), "{:?}", cdi_files(h));
+    assert!(!dir.join("u1").exists());
 }
 
 /// Issue 29 item 7: the pod's name for a claim is an annotation, which

@@ -20,9 +20,7 @@ impl Driver {
         faults::hit(Point::UnprepareBeforeCdi);
         self.parts.cdi.remove(&record.cdi_file)?;
         if let Some(parts) = &self.parts.metadata {
-            parts
-                .files
-                .remove(&claim.uid, record.metadata_specs.keys())?;
+            (parts.files).remove_recorded(&claim.uid, &record.metadata_specs)?;
         }
         faults::hit(Point::UnprepareAfterCdi);
         self.parts.store.remove(&claim.uid).await?;

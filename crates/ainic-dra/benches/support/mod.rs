@@ -2,7 +2,7 @@
 //! against the API server stand-in, with its directories in one place.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use k8s_openapi::api::core::v1::Node;
 use testkit::apiserver::ApiServer;
@@ -51,19 +51,20 @@ fn takes_flag(binary: &str, flag: &str) -> bool {
     help.is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(flag))
 }
 
-/// Starts the agent on `sysfs` with its directories under `dir` (its
-/// registry at `dir/registry`) and `extra` flags; `quiet` drops its log.
+/// The agent on `sysfs` with its directories under `dir` (its registry at
+/// `dir/registry`) and `extra` flags; `quiet` drops its log. Built before
+/// a start is timed: it asks the binary which flags it takes.
 ///
 /// `AGENT_BENCH_WRAPPER` (words split on spaces, e.g.
 /// `heaptrack -o /tmp/agent`) runs the agent under a profiler; the
 /// figures the bench reads from `/proc` are then the wrapper's.
-pub fn start_agent(
+pub fn agent_command(
     dir: &Path,
     sysfs: &Path,
     kubeconfig: &Path,
     extra: &[&str],
     quiet: bool,
-) -> Child {
+) -> Command {
     let wrapper = std::env::var("AGENT_BENCH_WRAPPER").unwrap_or_default();
     // Another build of the agent (e.g. an older commit's) to compare in
     // the same run and on the same disk.
@@ -106,9 +107,8 @@ pub fn start_agent(
             Stdio::null()
         } else {
             Stdio::inherit()
-        })
-        .spawn()
-        .unwrap()
+        });
+    command
 }
 
 /// `VmRSS` of `pid`, and its heap and stacks (`RssAnon`) apart from the

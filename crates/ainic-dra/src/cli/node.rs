@@ -3,7 +3,7 @@
 //! `--device-plugin`, the classic device plugin; runs until SIGTERM.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,14 +68,11 @@ pub struct NodeArgs {
     /// tmpfs such as `/var/run`, seen at the same path by the runtime, and a
     /// directory of its own (what in it is not laid out as a claim's
     /// directory is left alone). They are rebuilt from the checkpoint when
-    /// lost. Claims prepared before this flag existed keep their files in
+    /// lost. Default: `/var/run/ainic-dra/<driver name>`. Claims prepared
+    /// before this flag existed keep their files in
     /// `<plugin dir>/dra-device-metadata` until unprepared.
-    #[arg(
-        long,
-        value_name = "DIR",
-        default_value = "/var/run/ainic-dra/ainic.amd.com"
-    )]
-    pub metadata_dir: PathBuf,
+    #[arg(long, value_name = "DIR")]
+    pub metadata_dir: Option<PathBuf>,
 
     /// Where the checkpoint of prepared claims is kept (must survive restarts).
     #[arg(long, value_name = "DIR", default_value = "/var/lib/ainic-dra")]
@@ -233,6 +230,37 @@ fn parse_http_addr(s: &str) -> Result<Option<SocketAddr>, String> {
     s.parse().map(Some).map_err(|e| invalid(&e))
 }
 
+/// Where the device-metadata directories of drivers go by default.
+const METADATA_ROOT: &str = "/var/run/ainic-dra";
+
+/// Refuses a metadata directory that is relative (CDI specs name it to
+/// the runtime on the host), a system directory, or one of `others` (the
+/// agent's other directories), inside one or holding one: start-up and an
+/// uninstall remove what in it looks like a claim's directory.
+fn check_metadata_dir(dir: &Path, others: &[(&str, &PathBuf)]) -> Result<()> {
+    let shown = dir.display();
+    anyhow::ensure!(
+        dir.is_absolute(),
+        "--metadata-dir {shown}: must be an absolute path (CDI specs name it to the container runtime)"
+    );
+    let system = [
+        "/", "/run", "/var", "/var/run", "/var/lib", "/tmp", "/dev", "/etc",
+    ];
+    anyhow::ensure!(
+        !system.iter().any(|s| dir == Path::new(s)),
+        "--metadata-dir {shown}: a system directory; give the agent a directory of its own (default {METADATA_ROOT}/<driver name>)"
+    );
+    for (flag, other) in others {
+        let overlap = dir.starts_with(other) || other.starts_with(dir);
+        anyhow::ensure!(
+            !overlap,
+            "--metadata-dir {shown} overlaps {flag} {}: give it a directory of its own",
+            other.display()
+        );
+    }
+    Ok(())
+}
+
 fn check_nri_index(s: &str) -> Result<String, String> {
     nri::Identity::new("ainic-dra", s)
         .map(|_| s.to_string())
@@ -284,6 +312,21 @@ impl NodeArgs {
         Ok(Some(policy))
     }
 
+    /// `--metadata-dir`, or the default for the driver's name; refused
+    /// where it is not a directory of its own.
+    fn metadata_dir(&self) -> Result<PathBuf> {
+        let dir = (self.metadata_dir.clone())
+            .unwrap_or_else(|| Path::new(METADATA_ROOT).join(&self.model.driver_name));
+        let others = [
+            ("--plugin-dir", &self.plugin_dir),
+            ("--registry-dir", &self.registry_dir),
+            ("--cdi-dir", &self.cdi_dir),
+            ("--state-dir", &self.state_dir),
+        ];
+        check_metadata_dir(&dir, &others)?;
+        Ok(dir)
+    }
+
     fn config(&self) -> Result<NodeConfig> {
         Ok(NodeConfig {
             scope: Scope {
@@ -295,7 +338,7 @@ impl NodeArgs {
             plugin_dir: self.plugin_dir.clone(),
             registry_dir: self.registry_dir.clone(),
             cdi_dir: self.cdi_dir.clone(),
-            metadata_dir: self.metadata_dir.clone(),
+            metadata_dir: self.metadata_dir()?,
             state_dir: self.state_dir.clone(),
             boot_id_file: self.boot_id_file.clone(),
             state_lock_wait: Duration::from_secs(self.state_lock_wait),
@@ -468,5 +511,44 @@ mod tests {
         assert!(bad.to_string().contains("degraded rate is above"), "{bad}");
         let zero = parse(&["--health-window", "0"]).unwrap();
         assert!(zero.node.config().is_err());
+    }
+
+    #[test]
+    fn the_metadata_dir_is_the_drivers_own_and_a_directory_of_its_own() {
+        let config = |extra: &[&str]| {
+            let args = ["x", "--node-name", "n"].iter().chain(extra);
+            Wrapper::try_parse_from(args).unwrap().node.config()
+        };
+        let dir = |extra: &[&str]| config(extra).unwrap().metadata_dir;
+        assert_eq!(dir(&[]), PathBuf::from("/var/run/ainic-dra/ainic.amd.com"));
+        assert_eq!(
+            dir(&["--driver-name", "nic.example.com"]),
+            PathBuf::from("/var/run/ainic-dra/nic.example.com")
+        );
+        assert_eq!(
+            dir(&["--metadata-dir", "/run/md"]),
+            PathBuf::from("/run/md")
+        );
+        for (bad, says) in [
+            ("md", "must be an absolute path"),
+            ("/var/run", "a system directory"),
+            ("/", "a system directory"),
+            (
+                "/var/lib/kubelet/plugins/ainic.amd.com/md",
+                "overlaps --plugin-dir",
+            ),
+            ("/var/lib", "a system directory"),
+            ("/var/lib/ainic-dra", "overlaps --state-dir"),
+            ("/var/run/cdi/md", "overlaps --cdi-dir"),
+        ] {
+            let Err(error) = config(&["--metadata-dir", bad]) else {
+                panic!("{bad} was taken");
+            };
+            let error = error.to_string();
+            assert!(
+                error.contains(says) && error.contains(bad),
+                "{bad}: {error}"
+            );
+        }
     }
 }
