@@ -167,8 +167,9 @@ impl MetadataFiles {
         Ok((id, text))
     }
 
-    /// Removes the files of claim `uid` and its specs `spec_files` (with
-    /// their temp files); absent ones are fine. The specs are named, not
+    /// Removes the files of claim `uid` written by this agent (in its own
+    /// metadata directory) and its specs `spec_files` (with their temp
+    /// files); absent ones are fine. The specs are named, not
     /// looked for: listing the CDI directory made every unprepare cost as
     /// much as the number of claims prepared (20,000 names at 10,000
     /// claims). Specs no record names, left by a prepare that did not
@@ -178,10 +179,16 @@ impl MetadataFiles {
         uid: &str,
         spec_files: impl IntoIterator<Item = &'a String>,
     ) -> Result<(), MetadataError> {
-        // Both places: a claim of an older agent has its files in the
-        // legacy one, and the second removal finds nothing (one syscall).
-        remove_path(&self.root.join(uid))?;
-        remove_path(&self.legacy.join(uid))?;
+        self.remove_in(&self.root, uid, spec_files)
+    }
+
+    fn remove_in<'a>(
+        &self,
+        root: &Path,
+        uid: &str,
+        spec_files: impl IntoIterator<Item = &'a String>,
+    ) -> Result<(), MetadataError> {
+        remove_path(&root.join(uid))?;
         for file in spec_files {
             (self.cdi.remove(file))
                 .map_err(|e| io_error("remove", Path::new(file))(io::Error::other(e)))?;
@@ -196,8 +203,7 @@ impl MetadataFiles {
         uid: &str,
         specs: &BTreeMap<String, String>,
     ) -> Result<(), MetadataError> {
-        remove_path(&self.root_of(specs).join(uid))?;
-        self.remove(uid, specs.keys())
+        self.remove_in(&self.root_of(specs), uid, specs.keys())
     }
 
     /// The spec file names of requests `requests` (`a`, not `a/b`) of claim `uid`.
