@@ -18,14 +18,8 @@ pub fn run_inner(inner: &str) {
         probe.is_ok_and(|s| s.success()),
         "cannot create a network namespace with `unshare -n` (run the tests as root)"
     );
-    let exe = std::env::current_exe().unwrap();
-    let output = Command::new("unshare")
-        .arg("-n")
-        .arg(exe)
-        .args(["--exact", inner, "--ignored", "--test-threads=1"])
-        .env(INNER_VAR, "1")
-        .output()
-        .unwrap();
+    let output =
+        (this_exe_inside(["--exact", inner, "--ignored", "--test-threads=1"]).output()).unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -35,7 +29,20 @@ pub fn run_inner(inner: &str) {
     assert!(text.contains("1 passed"), "inner test did not run: {text}");
 }
 
-/// Whether this is the inner run (see [`run_inner`]).
+/// This executable with `args`, to run in a new network namespace
+/// (`unshare -n`), with [`INNER_VAR`] set so that it knows it is inside.
+pub fn this_exe_inside<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut command = Command::new("unshare");
+    command.arg("-n").arg(std::env::current_exe().unwrap());
+    command.args(args).env(INNER_VAR, "1");
+    command
+}
+
+/// Whether this is the inner run (see [`run_inner`], [`this_exe_inside`]).
 pub fn is_inner() -> bool {
     std::env::var(INNER_VAR).as_deref() == Ok("1")
 }

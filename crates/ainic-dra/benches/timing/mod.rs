@@ -140,16 +140,11 @@ pub async fn settle(api: &ApiServer) {
 /// first: in the outer run it waits for the inner one and exits with its
 /// status; in the inner run, and without the variable, it returns.
 pub fn in_netns_if_asked() {
-    const INNER: &str = "AINIC_BENCH_NETNS_INNER";
-    if std::env::var("PREPARE_BENCH_NETDEVS").as_deref() != Ok("1") || std::env::var(INNER).is_ok()
-    {
+    if std::env::var("PREPARE_BENCH_NETDEVS").as_deref() != Ok("1") || testkit::netns::is_inner() {
         return;
     }
-    let status = std::process::Command::new("unshare")
-        .arg("-n")
-        .args(std::env::args_os())
-        .env(INNER, "1")
-        .status()
+    let args = std::env::args_os().skip(1);
+    let status = (testkit::netns::this_exe_inside(args).status())
         .expect("unshare runs (run the bench as root)");
     std::process::exit(status.code().unwrap_or(1));
 }
@@ -158,7 +153,7 @@ pub fn in_netns_if_asked() {
 /// each netdev of the sysfs tree at `sysfs` (one end of a veth pair, up,
 /// with an address); elsewhere does nothing.
 pub fn add_netdevs(sysfs: &std::path::Path) {
-    if std::env::var("AINIC_BENCH_NETNS_INNER").is_err() {
+    if !testkit::netns::is_inner() {
         return;
     }
     let ip = |args: &[&str]| {
