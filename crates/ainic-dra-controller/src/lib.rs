@@ -1,5 +1,7 @@
-//! `ainic-dra controller`: RDMA fabric partitions as DRA devices, so that
-//! the pods of one job land in one partition without naming it.
+//! The fabric controller (`ainic-dra-controller`, the image's second
+//! binary; `ainic-dra controller` in a default build): RDMA fabric
+//! partitions as DRA devices, so that the pods of one job land in one
+//! partition without naming it. Its flags are [`cli`].
 //!
 //! From the `fabric` attribute of the PFs the node agents publish (it
 //! never reads sysfs: the agents stay the only source of hardware facts)
@@ -29,6 +31,7 @@
 //! only write). Stopping the controller leaves its slices,
 //! labels and every claim allocated from them alone.
 
+pub mod cli;
 mod labels;
 mod lease;
 mod reconcile;

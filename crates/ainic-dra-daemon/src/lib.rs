@@ -5,10 +5,12 @@
 //! freed heap back to the kernel ([`memory`]), the API server's release
 //! ([`server_version`]), the stop signal
 //! (`shutdown`) and the supervisor of their long-lived tasks
-//! ([`supervise`]). Nothing here knows about NICs.
+//! ([`supervise`]), and what each binary does at its edge: logging, one-line
+//! errors, exit status ([`edge`]). Nothing here knows about NICs.
 
 pub mod backoff;
 pub mod client;
+pub mod edge;
 pub mod follow;
 pub mod memory;
 pub mod server_version;

@@ -35,7 +35,17 @@ enum Command {
     /// Run the node agent: kubelet DRA plugin, ResourceSlice publisher, classic device plugin.
     Node(cli::node::NodeArgs),
     /// Run the fabric controller: one DRA device per RDMA fabric partition, node partition labels.
-    Controller(cli::controller::ControllerArgs),
+    #[cfg(feature = "controller")]
+    Controller(ainic_dra_controller::cli::ControllerArgs),
+    /// `controller` in a build without it (the image's node agent): says
+    /// where it is.
+    #[cfg(not(feature = "controller"))]
+    #[command(name = "controller", hide = true, disable_help_flag = true)]
+    NoController {
+        /// Whatever was passed to it.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Delete the driver's ResourceSlices once its node agents are gone (the chart's post-delete Job).
     Cleanup(cli::cleanup::CleanupArgs),
     /// Allocate ResourceClaims on a node as kube-scheduler would, from objects in files.
@@ -80,14 +90,19 @@ fn main() -> ExitCode {
     let name = invoked_as();
     let matches = Cli::command().name(name).bin_name(name).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    cli::init_logging(&cli.log);
+    ainic_dra_daemon::edge::init_logging(&cli.log);
     let result = match cli.command {
         Command::Topo(args) => cli::topo::run(args),
         Command::Discover(args) => cli::discover::run(args),
         Command::Slices(args) => cli::slices::run(args),
         Command::Deviceclasses(args) => cli::deviceclasses::run(args),
         Command::Node(args) => cli::node::run(args),
-        Command::Controller(args) => cli::controller::run(args),
+        #[cfg(feature = "controller")]
+        Command::Controller(args) => ainic_dra_controller::cli::run(args),
+        #[cfg(not(feature = "controller"))]
+        Command::NoController { .. } => Err(anyhow::anyhow!(
+            "the fabric controller is not in this build (the image's node agent leaves it out); the image runs it as /usr/bin/ainic-dra-controller, with the same flags"
+        )),
         Command::Cleanup(args) => cli::cleanup::run(args),
         #[cfg(feature = "tools")]
         Command::Simulate(args) => cli::simulate::run(args),
@@ -100,5 +115,5 @@ fn main() -> ExitCode {
             "simulate and why are not in this build (the image leaves out the workstation tools); use a build with the default features, e.g. `cargo install --path crates/ainic-dra`"
         )),
     };
-    cli::exit_code(result)
+    ainic_dra_daemon::edge::exit_code("ainic-dra", result)
 }

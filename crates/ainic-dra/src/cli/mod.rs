@@ -1,8 +1,8 @@
 //! Subcommands of `ainic-dra`, one file each, and the small pieces they share:
-//! logging set-up, exit codes, and where a sysfs tree comes from.
+//! where a sysfs tree comes from (logging and exit codes are
+//! `ainic_dra_daemon::edge`, shared with `ainic-dra-controller`).
 
 pub mod cleanup;
-pub mod controller;
 #[cfg(feature = "demo")]
 pub mod demo;
 pub mod deviceclasses;
@@ -17,61 +17,11 @@ pub mod topo;
 pub mod why;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 #[cfg(feature = "demo")]
 use anyhow::Context;
 use anyhow::Result;
 use clap::Args;
-use tracing_subscriber::EnvFilter;
-
-/// An error that ends the program with a specific exit status (the default
-/// for other errors is 1). `simulate` uses 2 (invalid input) and 3 (cannot
-/// be allocated).
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Exit {
-    /// Process exit status.
-    pub code: u8,
-    /// The one line printed on stderr.
-    pub message: String,
-}
-
-/// Sends `tracing` output to stderr, filtered by `filter`.
-pub fn init_logging(filter: &str) {
-    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
-/// Prints a failed command's error as one line and maps it to an exit status.
-pub fn exit_code(result: Result<()>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            let code = err.downcast_ref::<Exit>().map_or(1, |e| e.code);
-            eprintln!("ainic-dra: {}", one_line(&err));
-            ExitCode::from(code)
-        }
-    }
-}
-
-/// The error and its causes joined on one line: `what failed: why: root cause`.
-/// A cause that its parent's message already ends with (errors that both
-/// print and chain their source) is said once.
-fn one_line(err: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in err.chain().map(ToString::to_string) {
-        if parts.last().is_some_and(|last| last.ends_with(&cause)) {
-            continue;
-        }
-        parts.push(cause);
-    }
-    parts.join(": ")
-}
 
 /// Where the sysfs tree comes from: a real root, or a topology fixture that
 /// is rendered into a temporary directory first.

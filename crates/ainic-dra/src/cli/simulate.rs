@@ -15,7 +15,7 @@ use dra_model::FeatureGate;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::Value;
 
-use super::Exit;
+use ainic_dra_daemon::edge::Exit;
 
 /// Arguments of `ainic-dra simulate`.
 #[derive(Args, Debug)]

@@ -116,6 +116,15 @@ fn assert_binary_accepts(args: &[String]) {
     assert_binary_accepts_on(args, "10.0.0.5");
 }
 
+/// The controller Deployment's arguments, given to `ainic-dra controller`
+/// with `--help` last: the image's `ainic-dra-controller` takes the same
+/// flags (both parse `ainic_dra_controller::cli::ControllerArgs`).
+fn assert_controller_accepts(args: &[String]) {
+    let mut args = args.to_vec();
+    args.insert(0, "controller".into());
+    assert_binary_accepts(&args);
+}
+
 /// `args` with `$(HOST_IP)` expanded to `host_ip`, as the kubelet does.
 fn expanded(args: &[String], host_ip: &str) -> Vec<String> {
     args.iter()
@@ -190,15 +199,7 @@ fn default_values_render_every_object_as_its_kubernetes_type() {
         cleanup["metadata"]["annotations"]["helm.sh/hook"], "post-delete",
         "the cleanup runs after helm uninstall deleted the agents"
     );
-    let controller = named(&objects, "Deployment", "-controller");
-    let controller_args: Vec<String> =
-        (controller["spec"]["template"]["spec"]["containers"][0]["args"]
-            .as_array()
-            .unwrap())
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
-    assert_binary_accepts(&controller_args);
+    assert_controller_accepts(&controller_args(&objects));
     assert!(!args.iter().any(|a| a.starts_with("--device-plugin")));
     assert!(!args.iter().any(|a| a.starts_with("--feature-gates")));
     let image = container(&objects)["image"].as_str().unwrap();
@@ -546,7 +547,18 @@ fn controller_rbac_is_least_privilege_and_off_when_disabled() {
         pod["serviceAccountName"],
         named(&objects, "ServiceAccount", "-controller")["metadata"]["name"]
     );
-    assert_eq!(pod["containers"][0]["args"][0], "controller");
+    // The image's controller binary (the agent's leaves the controller out),
+    // with flags only: no `controller` subcommand word.
+    assert_eq!(
+        pod["containers"][0]["command"],
+        json!(["/usr/bin/ainic-dra-controller"])
+    );
+    assert!(
+        (pod["containers"][0]["args"].as_array().unwrap().iter())
+            .all(|a| a.as_str().unwrap().starts_with("--")),
+        "{}",
+        pod["containers"][0]["args"]
+    );
     let off = render(json!({"controller": {"enabled": false}}));
     assert!(find(&off, "Deployment").is_empty());
 
@@ -1056,7 +1068,7 @@ fn the_nicconfig_webhook_is_the_controllers_and_judges_only_nicconfigs() {
     ] {
         assert!(args.iter().any(|a| a == wanted), "{wanted} not in {args:?}");
     }
-    assert_binary_accepts(&args);
+    assert_controller_accepts(&args);
     let pod = &named(&objects, "Deployment", "-controller")["spec"]["template"]["spec"];
     assert_eq!(
         pod["containers"][0]["readinessProbe"]["httpGet"]["scheme"],

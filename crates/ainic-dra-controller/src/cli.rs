@@ -1,5 +1,7 @@
-//! `ainic-dra controller`: publishes one DRA device per RDMA fabric
-//! partition from what the node agents publish (see the `controller` crate).
+//! The controller's command line, the same in the `ainic-dra-controller`
+//! binary (what the image runs) and in `ainic-dra controller` (a default
+//! build of the workstation CLI): its flags and the process around
+//! [`crate::run`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,17 +10,16 @@ use anyhow::{Context, Result};
 use clap::Args;
 use dra_model::{FeatureGate, FeatureGates, Release};
 
-use super::slices::{parse_gates, parse_release};
-use ainic_dra_controller::webhook::WebhookConfig;
-use ainic_dra_controller::{self as controller, ControllerConfig};
+use crate::webhook::WebhookConfig;
+use crate::{self as controller, ControllerConfig};
 use ainic_dra_daemon::Backoff;
 
-/// Arguments of `ainic-dra controller`.
+/// Flags of `ainic-dra-controller` (and `ainic-dra controller`).
 #[derive(Args, Debug, Clone)]
 #[command(
     after_help = "Runs as a Deployment (one replica leads, the others wait on the Lease).\n\
     Example outside a cluster:\n  \
-    ainic-dra controller --kubeconfig ~/.kube/config --namespace ainic-system --identity $(hostname)"
+    ainic-dra-controller --kubeconfig ~/.kube/config --namespace ainic-system --identity $(hostname)"
 )]
 pub struct ControllerArgs {
     /// Kubeconfig; in-cluster config when not given.
@@ -63,12 +64,12 @@ pub struct ControllerArgs {
     /// Kubernetes feature gates over the API server's release defaults;
     /// with `DRAConsumableCapacity` on, several jobs share a partition up
     /// to its node count.
-    #[arg(long, value_name = "NAME=BOOL,...", default_value = "", value_parser = parse_gates)]
+    #[arg(long, value_name = "NAME=BOOL,...", default_value = "")]
     pub feature_gates: FeatureGates,
 
     /// The Kubernetes release whose defaults apply; the API server's when
     /// not given.
-    #[arg(long, value_name = "1.MINOR", value_parser = parse_release)]
+    #[arg(long, value_name = "1.MINOR")]
     pub kubernetes_version: Option<Release>,
 
     /// Serve the NicConfig admission webhook (HTTPS) on this address, e.g.
