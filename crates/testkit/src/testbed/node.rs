@@ -25,7 +25,23 @@ pub fn agent_image() -> PathBuf {
             if let Some(path) = std::env::var_os("AINIC_AGENT_IMAGE") {
                 return PathBuf::from(path);
             }
-            let out = Command::new(repo_root().join("scripts/image"))
+            let mut build = Command::new(repo_root().join("scripts/image"));
+            // Cargo gives a test its package's CARGO_PKG_* and
+            // CARGO_MANIFEST_DIR; build scripts (ring's) rerun when those
+            // differ from the build's, so the release build `./scripts/test`
+            // made just before would be made again (minutes), and then again
+            // by the next build outside a test.
+            for (key, _) in std::env::vars_os() {
+                let key = key.to_string_lossy();
+                if key.starts_with("CARGO_PKG_")
+                    || key.starts_with("CARGO_MANIFEST_")
+                    || key.starts_with("CARGO_BIN_EXE_")
+                    || ["CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE"].contains(&&*key)
+                {
+                    build.env_remove(&*key);
+                }
+            }
+            let out = build
                 .arg("build")
                 .stderr(Stdio::inherit())
                 .output()
