@@ -26,17 +26,18 @@ pub fn agent_image() -> PathBuf {
                 return PathBuf::from(path);
             }
             let mut build = Command::new(repo_root().join("scripts/image"));
-            // Cargo gives a test its package's CARGO_PKG_* and
-            // CARGO_MANIFEST_DIR; build scripts (ring's) rerun when those
-            // differ from the build's, so the release build `./scripts/test`
-            // made just before would be made again (minutes), and then again
-            // by the next build outside a test.
+            // Cargo gives a test its package's CARGO_PKG_*,
+            // CARGO_MANIFEST_DIR and (the package having a build script)
+            // OUT_DIR; build scripts (ring's) rerun when those differ from
+            // the build's, so the release build `./scripts/test` made just
+            // before would be made again (minutes), and then again by the
+            // next build outside a test.
             for (key, _) in std::env::vars_os() {
                 let key = key.to_string_lossy();
                 if key.starts_with("CARGO_PKG_")
                     || key.starts_with("CARGO_MANIFEST_")
                     || key.starts_with("CARGO_BIN_EXE_")
-                    || ["CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE"].contains(&&*key)
+                    || ["CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE", "OUT_DIR"].contains(&&*key)
                 {
                     build.env_remove(&*key);
                 }
