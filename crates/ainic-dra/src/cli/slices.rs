@@ -25,14 +25,14 @@ pub struct ModelArgs {
     /// Kubernetes feature gates, upstream syntax, e.g.
     /// `DRAConsumableCapacity=true,DRADeviceTaints=true`, over the defaults
     /// of `--kubernetes-version`.
-    #[arg(long, value_name = "NAME=BOOL,...", value_parser = parse_gates, default_value = "")]
+    #[arg(long, value_name = "NAME=BOOL,...", default_value = "")]
     pub feature_gates: FeatureGates,
 
     /// Kubernetes release (1.34 or later) whose default feature gates and
     /// slice layout apply: counters beside their devices in 1.34, in
     /// slices of their own from 1.35. `node`: the API server's release
     /// when not given; `slices`: 1.34 when not given.
-    #[arg(long, value_name = "1.MINOR", value_parser = parse_release)]
+    #[arg(long, value_name = "1.MINOR")]
     pub kubernetes_version: Option<Release>,
 
     /// Also publish each NIC's nearest GPU address under this attribute of the
@@ -94,16 +94,6 @@ pub enum PfWithVfsArg {
     VfsOnly,
     /// The PF only.
     PfOnly,
-}
-
-pub(crate) fn parse_release(s: &str) -> Result<Release, String> {
-    s.parse()
-        .map_err(|e: dra_model::UnsupportedRelease| e.to_string())
-}
-
-pub(crate) fn parse_gates(s: &str) -> Result<FeatureGates, String> {
-    s.parse()
-        .map_err(|e: dra_model::FeatureGateError| e.to_string())
 }
 
 /// Whether the node's label switches its extended resources to DRA.
