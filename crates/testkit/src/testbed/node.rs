@@ -25,24 +25,10 @@ pub fn agent_image() -> PathBuf {
             if let Some(path) = std::env::var_os("AINIC_AGENT_IMAGE") {
                 return PathBuf::from(path);
             }
-            let mut build = Command::new(repo_root().join("scripts/image"));
-            // Cargo gives a test its package's CARGO_PKG_*,
-            // CARGO_MANIFEST_DIR and (the package having a build script)
-            // OUT_DIR; build scripts (ring's) rerun when those differ from
-            // the build's, so the release build `./scripts/test` made just
-            // before would be made again (minutes), and then again by the
-            // next build outside a test.
-            for (key, _) in std::env::vars_os() {
-                let key = key.to_string_lossy();
-                if key.starts_with("CARGO_PKG_")
-                    || key.starts_with("CARGO_MANIFEST_")
-                    || key.starts_with("CARGO_BIN_EXE_")
-                    || ["CARGO_CRATE_NAME", "CARGO_PRIMARY_PACKAGE", "OUT_DIR"].contains(&&*key)
-                {
-                    build.env_remove(&*key);
-                }
-            }
-            let out = build
+            // scripts/image drops what cargo gives this test (CARGO_PKG_*,
+            // OUT_DIR) from its release build's environment, so that build
+            // finds the one `./scripts/test` made just before up to date.
+            let out = Command::new(repo_root().join("scripts/image"))
                 .arg("build")
                 .stderr(Stdio::inherit())
                 .output()
