@@ -38,6 +38,30 @@ async fn single(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, offse
     report("one claim per call", samples);
 }
 
+/// The parts of a prepare that are not the agent's work: a call naming no
+/// claim (the gRPC round trip over the socket, client and server), and a
+/// call for a claim already prepared (answered from memory: no GET, no
+/// write).
+async fn transport(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize) {
+    let mut empty = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        prepare_ok(kubelet, &[]).await;
+        empty.push(start.elapsed());
+    }
+    report("a call naming no claim", empty);
+    let claim = seed_claim(api, 5_000_000, false);
+    prepare_ok(kubelet, std::slice::from_ref(&claim)).await;
+    let mut again = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        prepare_ok(kubelet, std::slice::from_ref(&claim)).await;
+        again.push(start.elapsed());
+    }
+    report("a claim prepared already (no GET, no write)", again);
+    unprepare_ok(kubelet, &[claim]).await;
+}
+
 async fn concurrent(api: &ApiServer, kubelet: &DraPluginClient, rounds: usize, offset: usize) {
     let mut totals = Vec::new();
     let mut per_claim = Vec::new();
@@ -186,6 +210,7 @@ async fn main() {
     // Warm-up: connections, caches, the first checkpoint file.
     single(&api, &kubelet, 20, 1_000_000).await;
     single(&api, &kubelet, rounds, 0).await;
+    transport(&api, &kubelet, rounds).await;
     concurrent(&api, &kubelet, 10, 2_000_000).await;
 
     // The agent gives freed heap back after a quiet second (ainic_dra_daemon::memory).

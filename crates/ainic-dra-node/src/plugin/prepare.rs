@@ -139,7 +139,9 @@ impl Driver {
     /// (when on) the claim's device metadata; writes nothing. `None` when
     /// the claim has nothing to attach here.
     pub(super) async fn plan_claim(&self, claim: &ClaimRef) -> anyhow::Result<Option<Planned>> {
+        let asked = Instant::now();
         let object = self.parts.claims.get(&claim.namespace, &claim.name).await?;
+        tracing::debug!(get_us = asked.elapsed().as_micros(), "claim read");
         names::check(claim, &object, &self.parts.scope)?;
         let inventory = self.parts.inventory.borrow().clone();
         let planned = resolve::plan(&object, &claim.uid, &self.parts.scope, &inventory)?;
