@@ -19,10 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use dra_model::names::{self, CONDITION_TENANT_BOUND, CONDITION_TENANT_CONFLICT};
 use dra_model::tenancy::{self, Answer, ClaimAnswer, LabelChange};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use serde_json::{Value, json};
 
 use super::labels::{apply_labels, tenant_manager};
 use super::reconcile::{PassError, Reconciler, failed};
@@ -156,10 +156,8 @@ impl Reconciler {
             return Ok(());
         }
         let claim = Some(&fresh);
-        let now = k8s_openapi::jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        let entries: Vec<Value> = (answer.shares.iter())
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let entries: Vec<AllocatedDeviceStatus> = (answer.shares.iter())
             .map(|(share, a)| {
                 let (kind, reason, message) = match a {
                     Answer::Bound => (CONDITION_TENANT_BOUND, "TenantBound", String::new()),
@@ -170,10 +168,21 @@ impl Reconciler {
                 let kind = names::qualified(&self.driver, kind);
                 let since = transition_time(claim, &self.driver, share, &kind)
                     .unwrap_or_else(|| now.clone());
-                json!({"driver": self.driver, "pool": share.pf.pool, "device": share.pf.device,
-                       "shareID": share.share_id,
-                       "conditions": [{"type": kind, "status": "True", "reason": reason,
-                                       "message": message, "lastTransitionTime": since}]})
+                AllocatedDeviceStatus {
+                    driver: self.driver.clone(),
+                    pool: share.pf.pool.clone(),
+                    device: share.pf.device.clone(),
+                    share_id: share.share_id.clone(),
+                    conditions: Some(vec![Condition {
+                        type_: kind,
+                        status: "True".into(),
+                        reason: reason.into(),
+                        message,
+                        last_transition_time: since,
+                        observed_generation: None,
+                    }]),
+                    ..AllocatedDeviceStatus::default()
+                }
             })
             .collect();
         let claim_ref = ClaimRef {
@@ -185,7 +194,7 @@ impl Reconciler {
         api.patch_status(
             &answer.name,
             &PatchParams::apply(&manager).force(),
-            &Patch::Apply(status_apply_body(&claim_ref, entries)),
+            &Patch::Apply(status_apply_body(&claim_ref, &entries)),
         )
         .await?;
         tracing::info!(claim = %answer.name, namespace = %answer.namespace, answers = ?answer.shares, "tenant binding answered");
@@ -199,7 +208,7 @@ fn transition_time(
     driver: &str,
     share: &tenancy::Share,
     kind: &str,
-) -> Option<String> {
+) -> Option<Time> {
     let devices = claim?.status.as_ref()?.devices.as_ref()?;
     let entry = devices.iter().find(|d| {
         d.driver == driver
@@ -212,11 +221,5 @@ fn transition_time(
         .as_ref()?
         .iter()
         .find(|c| c.type_ == kind && c.status == "True")?;
-    Some(
-        condition
-            .last_transition_time
-            .0
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string(),
-    )
+    Some(condition.last_transition_time.clone())
 }

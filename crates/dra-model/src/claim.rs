@@ -26,7 +26,7 @@ pub struct ClaimRef {
 /// The server-side apply object that sets `entries` as the claim's
 /// `status.devices`: the claim's identity (UID included, so that a claim
 /// deleted and made anew under the same name is refused) and our entries.
-pub fn status_apply_body(claim: &ClaimRef, entries: Vec<Value>) -> Value {
+pub fn status_apply_body<E: serde::Serialize>(claim: &ClaimRef, entries: &[E]) -> Value {
     json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",

@@ -16,7 +16,9 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, NetworkDeviceData};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{mpsc, watch};
 use topology::Inventory;
 
@@ -119,7 +121,7 @@ async fn write(
             network,
         } => (claim, devices, network),
         StatusJob::Unprepared { claim } => {
-            return apply(claims, scope, claim, Vec::new()).await;
+            return apply(claims, scope, claim, &[]).await;
         }
     };
     let today = inventory.borrow().clone();
@@ -137,14 +139,16 @@ async fn write(
         };
         with_network.push((device, net));
     }
-    let now = k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    let entries = entries(&scope.driver, &scope.pool, &with_network, &now);
-    apply(claims, scope, claim, entries).await
+    let entries = entries(&scope.driver, &scope.pool, &with_network, Timestamp::now());
+    apply(claims, scope, claim, &entries).await
 }
 
-async fn apply(claims: &SharedClaims, scope: &Scope, claim: &ClaimRef, entries: Vec<Value>) {
+async fn apply(
+    claims: &SharedClaims,
+    scope: &Scope,
+    claim: &ClaimRef,
+    entries: &[AllocatedDeviceStatus],
+) {
     let body = dra_model::claim::status_apply_body(claim, entries);
     let manager = format!("{}/{}", scope.driver, scope.pool);
     if let Err(error) = claims
@@ -191,45 +195,31 @@ pub fn netdev_of(device: &PreparedDevice, inventory: &Inventory) -> NetworkData 
     }
 }
 
-/// The `status.devices` entries of `devices`, each with its network data.
+/// The `status.devices` entries of `devices`, each with its network data
+/// (none where nothing is known of it), `Ready` since `now`.
 pub fn entries(
     driver: &str,
     node: &str,
     devices: &[(PreparedDevice, NetworkData)],
-    now: &str,
-) -> Vec<Value> {
+    now: Timestamp,
+) -> Vec<AllocatedDeviceStatus> {
     devices
         .iter()
-        .map(|(d, net)| {
-            let mut entry = json!({
-                "driver": driver,
-                "pool": d.pool,
-                "device": d.device,
-                "conditions": [{
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "Prepared",
-                    "message": format!("prepared on node {node}: {}", d.cdi_ids.join(", ")),
-                    "lastTransitionTime": now,
-                }],
-            });
-            if let Some(share) = &d.share_id {
-                entry["shareID"] = json!(share);
-            }
-            let mut network = serde_json::Map::new();
-            if let Some(name) = &net.interface_name {
-                network.insert("interfaceName".into(), json!(name));
-            }
-            if let Some(mac) = &net.hardware_address {
-                network.insert("hardwareAddress".into(), json!(mac));
-            }
-            if !net.ips.is_empty() {
-                network.insert("ips".into(), json!(net.ips));
-            }
-            if !network.is_empty() {
-                entry["networkData"] = Value::Object(network);
-            }
-            entry
+        .map(|(d, net)| AllocatedDeviceStatus {
+            driver: driver.to_string(),
+            pool: d.pool.clone(),
+            device: d.device.clone(),
+            share_id: d.share_id.clone(),
+            conditions: Some(vec![Condition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: "Prepared".into(),
+                message: format!("prepared on node {node}: {}", d.cdi_ids.join(", ")),
+                last_transition_time: Time(now),
+                observed_generation: None,
+            }]),
+            network_data: Some(net.to_api()).filter(|n| *n != NetworkDeviceData::default()),
+            data: None,
         })
         .collect()
 }
@@ -265,11 +255,28 @@ mod tests {
                 NetworkData::default(),
             ),
         ];
-        let got = entries("ainic.amd.com", "node-a", &devices, "2026-12-01T00:00:00Z");
-        assert_eq!(got.len(), 2);
+        let now = "2026-12-01T00:00:00Z".parse().unwrap();
+        let got = entries("ainic.amd.com", "node-a", &devices, now);
+        let got = serde_json::to_value(got).unwrap();
+        assert_eq!(got.as_array().unwrap().len(), 2);
         assert_eq!(got[0]["device"], "pf-0000-04-00-0");
         assert_eq!(got[0]["conditions"][0]["type"], "Ready");
         assert_eq!(got[0]["conditions"][0]["status"], "True");
+        assert_eq!(got[0]["conditions"][0]["reason"], "Prepared");
+        assert_eq!(
+            got[0]["conditions"][0]["lastTransitionTime"],
+            "2026-12-01T00:00:00Z"
+        );
+        assert_eq!(
+            got[0]["conditions"][0]["message"],
+            "prepared on node node-a: amd.com/ainic=u1-pf-0000-04-00-0"
+        );
+        assert_eq!(got[0]["driver"], "ainic.amd.com");
+        assert_eq!(got[0]["pool"], "node-a");
+        assert_eq!(
+            got[0]["networkData"]["hardwareAddress"],
+            "02:00:00:04:00:00"
+        );
         assert_eq!(got[0]["networkData"]["interfaceName"], "enp4s0");
         assert_eq!(got[0]["networkData"]["ips"][0], "10.0.0.5/24");
         assert!(got[0].get("shareID").is_none());

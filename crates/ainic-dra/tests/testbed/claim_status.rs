@@ -79,7 +79,9 @@ fn entry(pool: &str, device: &str) -> Value {
         identity: None,
         netdev: None,
     };
-    entries(DRIVER, pool, &[(prepared, NetworkData::default())], NOW).remove(0)
+    let now = NOW.parse().expect("a timestamp");
+    let entry = entries(DRIVER, pool, &[(prepared, NetworkData::default())], now).remove(0);
+    serde_json::to_value(entry).expect("serialises")
 }
 
 /// Applies `entries` as the agent does; the refusal's message, if any.
@@ -95,7 +97,7 @@ async fn apply(
         name: claim.metadata.name.clone().unwrap(),
     };
     let manager = format!("{DRIVER}/{node}");
-    let body = apply_body(&claim_ref, entries);
+    let body = apply_body(&claim_ref, &entries);
     let done = agent
         .apply_status(NAMESPACE, &claim_ref.name, &manager, body)
         .await;
