@@ -132,6 +132,10 @@ pub struct Driver {
     /// Every prepare and unprepare under way, so a stopping agent finishes
     /// them before it lets go of its state ([`Driver::drain`]).
     under_way: tokio_util::task::TaskTracker,
+    /// Held by the orphan sweep while it unprepares a claim, and by a
+    /// drain before it returns: the sweep's unprepare under way ends
+    /// first, and none starts once the agent drains ([`Driver::drain`]).
+    sweeping: tokio::sync::Mutex<()>,
 }
 
 impl Driver {
@@ -141,6 +145,7 @@ impl Driver {
             parts,
             locks: Mutex::default(),
             under_way: tokio_util::task::TaskTracker::new(),
+            sweeping: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -225,14 +230,19 @@ impl Driver {
 
     /// Waits up to `deadline` for the prepares and unprepares under way to
     /// finish (the agent is stopping: the kubelet sends nothing new here
-    /// since its sockets are gone); whether they all did. Each of them has
-    /// recorded what it did in the checkpoint by the time it finishes.
+    /// since its sockets are gone), the orphan sweep's among them, and
+    /// stops the sweep; whether they all did. Each of them has recorded
+    /// what it did in the checkpoint by the time it finishes, so nothing
+    /// writes the node's state after this (an uninstall removes it; a newer
+    /// agent takes it over).
     pub async fn drain(&self, deadline: Duration) -> bool {
         self.under_way.close();
         let left = self.under_way.len();
-        let done = tokio::time::timeout(deadline, self.under_way.wait())
-            .await
-            .is_ok();
+        let all = async {
+            let _no_sweep = self.sweeping.lock().await;
+            self.under_way.wait().await;
+        };
+        let done = tokio::time::timeout(deadline, all).await.is_ok();
         if left > 0 {
             tracing::info!(left, done, "prepares and unprepares under way at shutdown");
         }

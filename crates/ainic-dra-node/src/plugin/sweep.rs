@@ -8,7 +8,8 @@
 //! and unprepares those that no longer exist, were recreated under another
 //! UID, or are no longer allocated devices of this node. A claim the API
 //! server cannot be asked about is kept for the next sweep: only an answer
-//! reclaims.
+//! reclaims. A stopping agent waits for the sweep's unprepare under way
+//! and starts no other ([`Driver::drain`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +61,11 @@ impl Driver {
             let Some(reason) = orphan_reason(&answer, &uid, &self.parts.scope) else {
                 continue;
             };
+            let _sweeping = self.sweeping.lock().await;
+            if self.under_way.is_closed() {
+                tracing::info!(claim_uid = %uid, "sweep: stopped, the agent is shutting down");
+                break;
+            }
             match self.unprepare_one(&record.claim_ref(&uid)).await {
                 Ok(()) => {
                     reclaimed += 1;

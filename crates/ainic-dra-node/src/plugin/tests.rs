@@ -323,6 +323,43 @@ async fn the_sweep_unprepares_claims_that_are_gone_and_keeps_the_rest() {
     assert_eq!(h.driver.sweep_orphans().await, 0, "nothing left to reclaim");
 }
 
+#[tokio::test]
+async fn a_stopping_agent_waits_for_the_sweeps_unprepare_and_starts_no_other() {
+    let h = harness();
+    for (name, uid, pf) in [("first", "u1", PF0), ("second", "u2", PF1)] {
+        h.claims
+            .put(claim(name, uid, &[("nic", D, "node-a", pf)], json!([])));
+        assert!(h.driver.prepare(&[r(name, uid)]).await[uid].is_ok());
+        h.claims.delete("ns", name);
+    }
+    // The first orphan's unprepare waits here, its lock held.
+    let first = h.driver.claim_lock("u1");
+    let held = first.lock().await;
+    let sweep = tokio::spawn({
+        let driver = h.driver.clone();
+        async move { driver.sweep_orphans().await }
+    });
+    while h.driver.sweeping.try_lock().is_ok() {
+        tokio::task::yield_now().await;
+    }
+    let drain = tokio::spawn({
+        let driver = h.driver.clone();
+        async move { driver.drain(Duration::from_secs(30)).await }
+    });
+    tokio::task::yield_now().await;
+    drop(held);
+    assert!(drain.await.unwrap(), "drained within the deadline");
+    let left: Vec<String> = h.driver.parts.store.snapshot().claims.into_keys().collect();
+    assert_eq!(
+        left,
+        ["u2"],
+        "the unprepare under way ended before the drain, no other began"
+    );
+    assert_eq!(sweep.await.unwrap(), 1);
+    let left = h.driver.parts.store.snapshot().claims.len();
+    assert_eq!(left, 1, "the sweep stopped once the agent drained");
+}
+
 #[test]
 fn a_claim_the_api_server_cannot_answer_for_is_not_an_orphan() {
     let scope = Scope {
