@@ -21,6 +21,15 @@ use tokio::task::JoinHandle;
 use super::service::ResourceService;
 use super::snapshot::Snapshot;
 
+/// A file removed when this is dropped, if it is there.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Identity of a socket file: a restarted kubelet makes a new inode.
 type FileId = (u64, u64);
 
@@ -84,8 +93,12 @@ impl ResourcePlugin {
         }
     }
 
-    /// Runs until `shutdown` flips to `true`, then removes our socket.
+    /// Runs until `shutdown` flips to `true`, then removes our socket; also
+    /// when the task is dropped instead (aborted by the supervisor, or with
+    /// the runtime when the agent fails to start after this served), so the
+    /// kubelet's directory keeps no socket of an agent that is gone.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let _socket = RemoveOnDrop(self.dir.join(self.endpoint()));
         let mut phase = Phase::WaitingForKubelet;
         loop {
             phase = tokio::select! {
@@ -93,7 +106,6 @@ impl ResourcePlugin {
                 _ = shutdown.wait_for(|s| *s) => break,
             };
         }
-        let _ = std::fs::remove_file(self.dir.join(self.endpoint()));
     }
 
     /// One transition. A server dropped on shutdown stops: dropping it

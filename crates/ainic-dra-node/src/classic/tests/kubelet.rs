@@ -119,3 +119,25 @@ async fn list_and_watch_reports_a_link_going_down_and_up() {
     assert!(healed.iter().all(|d| d.health == "Healthy"));
     node.stop().await;
 }
+
+#[tokio::test]
+async fn a_plugin_dropped_without_its_stop_removes_its_socket() {
+    // As when the agent fails to start after the classic path served: its
+    // tasks are aborted, or dropped with the runtime.
+    let node = node(
+        fixture("mi300x-8gpu-8nic", 0),
+        ClassicConfig::default(),
+        false,
+    )
+    .await
+    .unwrap();
+    let r = node
+        .kubelet
+        .wait_for_registration(NIC, 1, WAIT)
+        .await
+        .unwrap();
+    let socket = node.plugins().join(&r.endpoint);
+    assert!(socket.exists());
+    let _dir = node.abort().await;
+    assert!(!socket.exists(), "{} left behind", socket.display());
+}

@@ -53,6 +53,7 @@ pub(super) struct Node {
     pub(super) kubelet: FakeKubelet,
     pub(super) inventory: watch::Receiver<Arc<Inventory>>,
     shutdown: watch::Sender<bool>,
+    supervisor: Supervisor,
     tasks: Vec<Done>,
     rescanner: tokio::task::JoinHandle<()>,
 }
@@ -73,6 +74,15 @@ impl Node {
             .await
             .unwrap();
         self.kubelet.dial(&r.endpoint).await.unwrap()
+    }
+
+    /// Aborts every task without the stop they wait for (as the agent's
+    /// supervisor does, and the runtime's end); returns the node's
+    /// directory.
+    pub(super) async fn abort(self) -> tempfile::TempDir {
+        assert!(self.supervisor.stop(WAIT).await, "every task ended");
+        self.rescanner.abort();
+        self.dir
     }
 
     /// Stops every task; returns the node's directory, to look at what
@@ -116,7 +126,7 @@ pub(super) async fn node(
         stopping.clone(),
     )
     .unwrap();
-    let (_supervisor, supervised) = Supervisor::new();
+    let (supervisor, supervised) = Supervisor::new();
     let tasks = start(
         settings(dir.path(), config, cdi),
         inventory.clone(),
@@ -128,6 +138,7 @@ pub(super) async fn node(
         kubelet,
         inventory,
         shutdown,
+        supervisor,
         tasks,
         rescanner,
     })
