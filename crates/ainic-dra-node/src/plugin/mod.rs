@@ -232,9 +232,11 @@ impl Driver {
     /// finish (the agent is stopping: the kubelet sends nothing new here
     /// since its sockets are gone), the orphan sweep's among them, and
     /// stops the sweep; whether they all did. Each of them has recorded
-    /// what it did in the checkpoint by the time it finishes, so nothing
-    /// writes the node's state after this (an uninstall removes it; a newer
-    /// agent takes it over).
+    /// what it did in the checkpoint by the time it finishes. When this
+    /// returns true, neither a kubelet call nor the sweep changes a claim
+    /// after it (an uninstall removes the node's state; a newer agent
+    /// takes it over); when false, what is left runs until the agent's
+    /// tasks are stopped, and a restart converges from the checkpoint.
     pub async fn drain(&self, deadline: Duration) -> bool {
         self.under_way.close();
         let left = self.under_way.len();
@@ -243,8 +245,17 @@ impl Driver {
             self.under_way.wait().await;
         };
         let done = tokio::time::timeout(deadline, all).await.is_ok();
-        if left > 0 {
-            tracing::info!(left, done, "prepares and unprepares under way at shutdown");
+        if !done {
+            tracing::warn!(
+                left,
+                ?deadline,
+                "prepares, unprepares or the orphan sweep's unprepare still under way at the drain's deadline"
+            );
+        } else if left > 0 {
+            tracing::info!(
+                left,
+                "prepares and unprepares under way at shutdown finished"
+            );
         }
         done
     }
