@@ -255,3 +255,29 @@ async fn the_controller_writes_only_its_own_pools() {
         .await
         .unwrap();
 }
+
+/// The wait every chart install ends with: policies created together, as
+/// helm creates them (in parallel), are all enforced once it returns.
+/// Before it, a test ran when the API server enforced one of the chart's
+/// policies (the one its probe hit) but not yet another (CI, 1.34: node B's
+/// device status was admitted).
+#[tokio::test]
+async fn every_policy_created_before_the_wait_is_in_force_after_it() {
+    let bed = Testbed::shared(Version::V1_34);
+    install_chart(bed).await;
+    let admin = bed.client().await;
+    let names: Vec<String> = (0..8).map(|i| format!("fenced-{i}")).collect();
+    let created = names
+        .iter()
+        .map(|name| cluster::configmap_refusing_policy(&admin, name));
+    futures::future::join_all(created).await;
+
+    cluster::admission_policies_in_force(&admin, NAMESPACE).await;
+    for name in &names {
+        let refused = cluster::configmap_refusal(&admin, NAMESPACE, name).await;
+        assert!(refused.is_some(), "ConfigMap {name} was admitted");
+    }
+    for name in &names {
+        cluster::delete_policy(&admin, name).await;
+    }
+}

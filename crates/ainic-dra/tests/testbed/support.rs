@@ -90,7 +90,9 @@ pub async fn helm_install_with(bed: &Testbed, values: serde_json::Value) {
         s(values.path()),
     ])
     .unwrap_or_else(|e| panic!("{e}"));
-    policies_in_force(bed).await;
+    // The API server loads admission policies a moment after they are
+    // created; a test of them must not run before.
+    cluster::admission_policies_in_force(&bed.client().await, NAMESPACE).await;
     // The 1.34 bed is an API server alone (no controller manager makes
     // default service accounts, no pods run there).
     if bed.version() == testbed::Version::V1_37 {
@@ -115,38 +117,6 @@ pub async fn own_bed_with(
     let bed: &'static Testbed = Box::leak(Box::new(bed));
     helm_install_with(bed, json_merge(chart_values(), values)).await;
     bed
-}
-
-/// Waits until the API server enforces the chart's admission policies:
-/// it loads them a moment after they are created. The probe is a claim in
-/// the chart's (tenantless) namespace naming a tenant's class.
-async fn policies_in_force(bed: &Testbed) {
-    use k8s_openapi::api::resource::v1::ResourceClaim;
-    use kube::api::{DeleteParams, PostParams};
-    let claims: Api<ResourceClaim> = Api::namespaced(bed.client().await, NAMESPACE);
-    let probe: ResourceClaim = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "policy-probe"},
-        "spec": {"devices": {"requests": [{"name": "nic",
-            "exactly": {"deviceClassName": format!("ainic-pf-{}", TENANTS[0])}}]}},
-    }))
-    .unwrap();
-    wait::until(
-        "the chart's admission policies in force",
-        wait::DEADLINE,
-        || async {
-            match claims.create(&PostParams::default(), &probe).await {
-                Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => Ok(()),
-                Ok(_) => {
-                    let _ = claims
-                        .delete("policy-probe", &DeleteParams::default())
-                        .await;
-                    Err("admitted: the policy is not loaded yet".to_string())
-                }
-                Err(e) => Err(e.to_string()),
-            }
-        },
-    )
-    .await;
 }
 
 /// The controller as a process, killed when dropped.

@@ -1,14 +1,20 @@
 //! Objects a test makes in the real API server in place of the machines
 //! it does not have: Nodes without kubelets (created and marked Ready, as
 //! upstream's own DRA integration tests do), namespaces ready for pods, and
-//! the node-bound service-account token a DaemonSet pod would get.
+//! the node-bound service-account token a DaemonSet pod would get; and
+//! admission policies of the test's own, to know when the API server
+//! enforces the chart's.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::wait;
@@ -145,4 +151,97 @@ pub async fn account_token(client: &kube::Client, namespace: &str, account: &str
         json!({"expirationSeconds": 3600}),
     )
     .await
+}
+
+/// Creates admission policy `name` and its binding: they refuse the
+/// creation of a ConfigMap named `name`, in any namespace.
+pub async fn configmap_refusing_policy(client: &kube::Client, name: &str) {
+    let policy = json!({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "matchConditions": [{"name": "named",
+                "expression": format!("object.metadata.name == '{name}'")}],
+            "validations": [{"expression": "false", "message": name}],
+        },
+    });
+    let binding = json!({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    });
+    let post = PostParams::default();
+    let policy = serde_json::from_value(policy).expect("a policy");
+    let created = policies(client).create(&post, &policy).await;
+    created.unwrap_or_else(|e| panic!("cannot create admission policy {name}: {e}"));
+    let binding = serde_json::from_value(binding).expect("a binding");
+    let bound = bindings(client).create(&post, &binding).await;
+    bound.unwrap_or_else(|e| panic!("cannot create admission policy binding {name}: {e}"));
+}
+
+/// Deletes admission policy `name` and its binding.
+pub async fn delete_policy(client: &kube::Client, name: &str) {
+    let gone = DeleteParams::default();
+    let unbound = bindings(client).delete(name, &gone).await;
+    unbound.unwrap_or_else(|e| panic!("cannot delete admission policy binding {name}: {e}"));
+    let deleted = policies(client).delete(name, &gone).await;
+    deleted.unwrap_or_else(|e| panic!("cannot delete admission policy {name}: {e}"));
+}
+
+/// Creates ConfigMap `name` in `namespace`: `Some(message)` when admission
+/// refused it, `None` when it was created (and then deleted again).
+pub async fn configmap_refusal(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Option<String> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let map = serde_json::from_value(json!({"metadata": {"name": name}})).expect("a ConfigMap");
+    match maps.create(&PostParams::default(), &map).await {
+        Err(kube::Error::Api(e)) if e.code == 403 || e.code == 422 => Some(e.message),
+        Ok(_) => {
+            let deleted = maps.delete(name, &DeleteParams::default()).await;
+            deleted.unwrap_or_else(|e| panic!("cannot delete ConfigMap {namespace}/{name}: {e}"));
+            None
+        }
+        Err(e) => panic!("cannot create ConfigMap {namespace}/{name}: {e}"),
+    }
+}
+
+/// Waits until the API server enforces every admission policy and binding
+/// created before this call.
+///
+/// The API server compiles policies from its informers' caches about once
+/// a second, and helm creates objects of one kind in parallel, so one
+/// policy in force says nothing of its siblings. This creates a policy of
+/// its own ([`configmap_refusing_policy`], named `policy-fence-<pid>-<n>`),
+/// waits until a ConfigMap in `namespace` is refused, and deletes it: a
+/// cache holding it holds everything created earlier, since each watch
+/// delivers in order.
+pub async fn admission_policies_in_force(client: &kube::Client, namespace: &str) {
+    static FENCES: AtomicU32 = AtomicU32::new(0);
+    let n = FENCES.fetch_add(1, Ordering::Relaxed);
+    let fence = format!("policy-fence-{}-{n}", std::process::id());
+    configmap_refusing_policy(client, &fence).await;
+    wait::until(
+        "the admission policies in force",
+        wait::DEADLINE,
+        || async {
+            match configmap_refusal(client, namespace, &fence).await {
+                Some(_) => Ok(()),
+                None => Err(format!("ConfigMap {fence} admitted: policy not loaded yet")),
+            }
+        },
+    )
+    .await;
+    delete_policy(client, &fence).await;
+}
+
+fn policies(client: &kube::Client) -> Api<ValidatingAdmissionPolicy> {
+    Api::all(client.clone())
+}
+
+fn bindings(client: &kube::Client) -> Api<ValidatingAdmissionPolicyBinding> {
+    Api::all(client.clone())
 }
