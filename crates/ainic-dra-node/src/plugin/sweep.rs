@@ -8,8 +8,9 @@
 //! and unprepares those that no longer exist, were recreated under another
 //! UID, or are no longer allocated devices of this node. A claim the API
 //! server cannot be asked about is kept for the next sweep: only an answer
-//! reclaims. A stopping agent waits for the sweep's unprepare under way
-//! and starts no other ([`Driver::drain`]).
+//! reclaims. A stopping agent waits for the sweep's unprepare under way;
+//! the sweep then starts no other and asks the API server nothing more
+//! ([`Driver::drain`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,10 @@ impl Driver {
     pub async fn sweep_orphans(&self) -> usize {
         let mut reclaimed = 0;
         for (uid, record) in self.parts.store.snapshot().claims {
+            if self.under_way.is_closed() {
+                tracing::info!("sweep: stopped, the agent is shutting down");
+                break;
+            }
             let answer = self.parts.claims.get(&record.namespace, &record.name).await;
             if let Err(error @ ClaimFetchError::Api { .. }) = &answer {
                 tracing::warn!(claim_uid = %uid, %error, "sweep: claim kept, the API server did not answer");
@@ -61,6 +66,8 @@ impl Driver {
             let Some(reason) = orphan_reason(&answer, &uid, &self.parts.scope) else {
                 continue;
             };
+            // Checked again under the lock: the drain may have begun during
+            // the GET, and it waits on this lock for an unprepare under way.
             let _sweeping = self.sweeping.lock().await;
             if self.under_way.is_closed() {
                 tracing::info!(claim_uid = %uid, "sweep: stopped, the agent is shutting down");

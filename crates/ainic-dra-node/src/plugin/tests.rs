@@ -360,6 +360,24 @@ async fn a_stopping_agent_waits_for_the_sweeps_unprepare_and_starts_no_other() {
     assert_eq!(left, 1, "the sweep stopped once the agent drained");
 }
 
+#[tokio::test]
+async fn a_drained_agent_sweeps_nothing_and_asks_the_api_server_nothing() {
+    let h = harness();
+    h.claims
+        .put(claim("gone", "u1", &[("nic", D, "node-a", PF0)], json!([])));
+    assert!(h.driver.prepare(&[r("gone", "u1")]).await["u1"].is_ok());
+    h.claims.delete("ns", "gone");
+    assert!(h.driver.drain(Duration::from_secs(5)).await);
+    let gets = h.claims.gets();
+    assert_eq!(h.driver.sweep_orphans().await, 0);
+    assert_eq!(
+        h.claims.gets(),
+        gets,
+        "the sweep read a claim after the drain"
+    );
+    assert!(h.driver.parts.store.get("u1").is_some());
+}
+
 #[test]
 fn a_claim_the_api_server_cannot_answer_for_is_not_an_orphan() {
     let scope = Scope {
