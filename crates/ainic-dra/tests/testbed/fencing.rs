@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use testkit::testbed::{Testbed, Version, wait};
 
@@ -75,15 +75,17 @@ async fn tenants(client: &kube::Client, node: &str) -> Vec<(String, String)> {
     let slices = pool_slices(client, DRIVER, node).await;
     let mut out: Vec<(String, String)> = (slices.iter())
         .flat_map(|s| s.spec.devices.iter().flatten())
-        .map(|d| {
-            let tenant = (d.attributes.as_ref())
-                .and_then(|a| a.get(&format!("{DRIVER}/tenant")))
-                .and_then(|t| t.string.clone());
-            (d.name.clone(), tenant.unwrap_or_default())
-        })
+        .map(|d| (d.name.clone(), tenant_of(d).unwrap_or_default()))
         .collect();
     out.sort();
     out
+}
+
+/// The tenant `device` is published for, if any.
+fn tenant_of(device: &Device) -> Option<String> {
+    (device.attributes.as_ref())
+        .and_then(|a| a.get(&format!("{DRIVER}/tenant")))
+        .and_then(|t| t.string.clone())
 }
 
 fn fenced(first: &str) -> Vec<(String, String)> {
@@ -155,7 +157,19 @@ async fn fails_closed(version: Version, node: &str) {
     write(&config, &good(node, "team-c"));
     published_as(&client, &agent, &fenced("team-c")).await;
 
-    let versions = recorded.lock().unwrap().clone();
+    // The list above may see the last version before the watch does.
+    let versions = wait::until("the watch seeing team-c", wait::DEADLINE, || async {
+        let versions = recorded.lock().unwrap().clone();
+        let seen = (versions.iter())
+            .filter(|s| s.spec.pool.name == node)
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .any(|d| tenant_of(d).as_deref() == Some("team-c"));
+        match seen {
+            true => Ok(versions),
+            false => Err(format!("{} versions, none of team-c", versions.len())),
+        }
+    })
+    .await;
     let ours: Vec<&ResourceSlice> = versions
         .iter()
         .filter(|s| s.spec.pool.name == node)
@@ -163,11 +177,8 @@ async fn fails_closed(version: Version, node: &str) {
     assert!(ours.len() >= 2, "the watch saw {} versions", ours.len());
     for slice in ours {
         for device in slice.spec.devices.iter().flatten() {
-            let tenant = (device.attributes.as_ref())
-                .and_then(|a| a.get(&format!("{DRIVER}/tenant")))
-                .and_then(|t| t.string.clone());
             assert!(
-                tenant.is_some(),
+                tenant_of(device).is_some(),
                 "slice {:?} (generation {}) published {} without a tenant",
                 slice.metadata.name,
                 slice.spec.pool.generation,

@@ -51,11 +51,6 @@ fn claim(name: &str, spec: Value) -> ResourceClaim {
     serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// The case of a claim granting itself `umad`, and its index.
 fn widening() -> (usize, Case) {
     let i = (cases().iter())
@@ -83,7 +78,11 @@ async fn in_force(claims: &Api<ResourceClaim>, log: &std::path::Path) {
 
 #[tokio::test]
 async fn bad_nicconfig_is_refused_when_written_with_the_agents_message() {
-    let port = free_port();
+    // The webhook's port, held until the controller is to take it (as
+    // another process on a host-network node might): a port only picked
+    // and let go could be anyone's by then.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
     let bed = own_bed_with(
         UpOptions {
             version: Some(Version::V1_37),
@@ -113,9 +112,8 @@ async fn bad_nicconfig_is_refused_when_written_with_the_agents_message() {
     let log = bed.dir().join("controller-nicconfig.log");
     let addr = format!("127.0.0.1:{port}");
     let flags = ["--webhook-addr", &addr, "--webhook-hosts", "127.0.0.1"];
-    // The port taken at first (another process on a host-network node):
-    // the controller keeps running and serves once the port is free.
-    let holder = std::net::TcpListener::bind(&addr).unwrap();
+    // The port taken at first: the controller keeps running and serves
+    // once the port is free.
     let mut controller = start_controller_with(bed, &log, "nicconfig-1", &flags).await;
     wait::until(
         "the controller's word on the taken port",
