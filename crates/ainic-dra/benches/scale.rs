@@ -8,8 +8,9 @@
 //! - at rest for `SCALE_REST_SECONDS` (default 65: one resync): the API
 //!   server's requests by verb and resource from its own
 //!   `apiserver_request_total`, and the writes the controller's passes say
-//!   they made (the controller resyncs every `SCALE_REST_SECONDS`, at
-//!   most 60, so at least one pass falls in the window);
+//!   they made (the controller resyncs every `SCALE_REST_SECONDS` less
+//!   5 s, at most 60 s: a pass comes at most a second and a pass's time
+//!   after its resync is due, so at least one falls in the window);
 //! - one node moved to another partition (its slice republished, as its
 //!   agent would): time until its label says so, and until the
 //!   partition's device counts it;
@@ -228,8 +229,8 @@ async fn main() {
     let rest = Duration::from_secs(env_or("SCALE_REST_SECONDS", 65) as u64);
     let move_percent = env_or("SCALE_MOVE_PERCENT", 5);
     assert!(
-        per >= 2 && count > per && rest >= Duration::from_secs(1),
-        "SCALE_NODES={count} SCALE_PARTITION={per} SCALE_REST_SECONDS={}: at least two partitions of two nodes, and a second at rest",
+        per >= 2 && count > per && rest >= Duration::from_secs(10),
+        "SCALE_NODES={count} SCALE_PARTITION={per} SCALE_REST_SECONDS={}: at least two partitions of two nodes, and ten seconds at rest",
         rest.as_secs()
     );
     let options = UpOptions {
@@ -254,7 +255,10 @@ async fn main() {
     let mut want = starting_labels(count, per);
 
     let log = bed.dir().join("scale-controller.log");
-    let resync = rest.min(Duration::from_secs(60));
+    // Not `rest` itself: passes come every resync plus up to a second
+    // (the loop's tick) plus the pass, and a window as long as the
+    // resync could fall between two of them.
+    let resync = (rest - Duration::from_secs(5)).min(Duration::from_secs(60));
     let controller = Controller::start(&bed, &log, resync);
     let start = reflected("start", &nodes, &slices, &want).await;
     let (start_cpu, start_peak) = (controller.cpu_seconds(), controller.peak_mib());

@@ -50,14 +50,17 @@ fn the_container_has_the_claims_env_and_metadata_and_the_claim_its_device_status
         .as_str()
         .unwrap()
         .to_string();
-    let claim = bed
-        .get_json(&["get", "resourceclaim", "-n", ns, &claim_name])
-        .unwrap();
-    let status = claim["status"]["devices"]
-        .as_array()
-        .and_then(|d| d.iter().find(|d| d["device"] == device.as_str()))
-        .unwrap_or_else(|| panic!("no device status for {device}: {claim}"))
-        .clone();
+    // The agent writes the status after it answers the kubelet.
+    let what = format!("the device status of {device}");
+    let status = bed.eventually(&what, POD_START, || {
+        let claim = bed
+            .get_json(&["get", "resourceclaim", "-n", ns, &claim_name])
+            .unwrap();
+        claim["status"]["devices"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["device"] == device.as_str()))
+            .cloned()
+    });
     assert_eq!(status["driver"], "ainic.amd.com");
     assert_eq!(status["pool"], seen.node.as_str());
     assert_eq!(

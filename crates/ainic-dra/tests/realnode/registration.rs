@@ -56,8 +56,13 @@ fn the_daemonset_agent_registers_with_the_real_kubelet_and_publishes() {
                 .then_some(log)
         });
         assert!(!log.contains("RST_STREAM"), "node-{k}: {log}");
-        let devices = published(bed, &format!("node-{k}"));
-        assert_eq!(devices.len(), 8, "node-{k} publishes its 8 PFs");
+        // Ready says the agent read its Node and config, not that it
+        // published: it serves the kubelet first and publishes beside.
+        let node = format!("node-{k}");
+        let what = format!("{node} publishing its 8 PFs");
+        bed.eventually(&what, POD_START, || {
+            (published(bed, &node).len() == 8).then_some(())
+        });
     }
 }
 
