@@ -349,7 +349,9 @@ mod tests {
         // The stand-in sends no bookmarks: every watch falls silent.
         let silent = Lifetime {
             timeout: Duration::from_secs(3600),
-            idle: Duration::from_millis(300),
+            // Long enough for the first watch's replay on a loaded machine:
+            // a watch that ends before it saves no version.
+            idle: Duration::from_secs(1),
         };
         let (api, mut rx) = following(silent).await;
         until_watches(&api, 4).await;

@@ -44,7 +44,11 @@ async fn a_task_that_panics_stops_the_agent_naming_it() {
     let world = World::new("mi300x-8gpu-8nic").await;
     // The refresh loop panics at its first periodic tick, a second in.
     let mut agent = world.start_agent_with(Some("refresh-tick"), &["--refresh-interval", "1"]);
-    let _kubelet = world.register().await;
+    // Its sockets were up (the log outlives them); a kubelet registering
+    // here could lose the race against the planned exit.
+    agent
+        .wait_log("DRA plugin serving", std::time::Duration::from_secs(20))
+        .await;
     let status = wait_exit(&mut agent).await;
     let log = std::fs::read_to_string(&agent.log).unwrap();
     assert!(!status.success(), "{status:?}; log: {log}");

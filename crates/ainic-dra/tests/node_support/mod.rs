@@ -303,7 +303,8 @@ pub async fn wait_exit(agent: &mut Agent) -> ExitStatus {
 /// A plain HTTP GET against the agent; returns (status, body).
 pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    for _ in 0..200 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
         if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
             let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
             s.write_all(req.as_bytes()).await.unwrap();
