@@ -204,9 +204,12 @@ async fn a_slow_move_of_one_pod_does_not_hold_up_another_pods_hook() {
         let (hooks, pod) = (hooks.clone(), slow_pod.clone());
         tokio::spawn(async move { hooks.run(&pod).await })
     };
-    while !rdma.held_move_started() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    within("the slow pod's RDMA move to start", async {
+        while !rdma.held_move_started() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
     // The slow pod's RDMA device is mid-move: the other pod's hook runs.
     within(
         "the other pod's hook",

@@ -30,15 +30,25 @@ async fn health_stream_reports_every_device_and_follows_a_link_going_down() {
     );
 
     std::fs::write(world.sysfs.join("class/net/enp4s0/operstate"), "down\n").unwrap();
-    loop {
-        let next = stream.message().await.unwrap().expect("stream stays open");
-        let pf0 = &next.devices[0];
-        if pf0.health == UNHEALTHY {
-            assert!(pf0.message.contains("enp4s0"), "{pf0:?}");
-            assert!(next.devices[1..].iter().all(|d| d.health == HEALTHY));
-            break;
+    let unhealthy = async {
+        loop {
+            let next = stream.message().await.unwrap().expect("stream stays open");
+            let pf0 = &next.devices[0];
+            if pf0.health == UNHEALTHY {
+                assert!(pf0.message.contains("enp4s0"), "{pf0:?}");
+                assert!(next.devices[1..].iter().all(|d| d.health == HEALTHY));
+                break;
+            }
         }
-    }
+    };
+    within_a_minute("pf0 reported unhealthy", unhealthy).await;
+}
+
+/// `work`, or a panic naming `what` after a minute (a hang guard).
+async fn within_a_minute<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
+    let limit = std::time::Duration::from_secs(60);
+    let done = tokio::time::timeout(limit, work).await;
+    done.unwrap_or_else(|_| panic!("{what}: not within a minute"))
 }
 
 /// An RDMA port going down comes with no kernel event: the cheap rescan
@@ -297,12 +307,15 @@ async fn health_v1_reports_a_link_down_then_up_and_the_taint_follows() {
     let operstate = world.sysfs.join("class/net/enp4s0/operstate");
     for (state, wanted) in [("down", UNHEALTHY), ("up", HEALTHY)] {
         std::fs::write(&operstate, format!("{state}\n")).unwrap();
-        loop {
-            let next = stream.message().await.unwrap().expect("stream stays open");
-            if next.devices[0].health == wanted {
-                break;
+        let reported = async {
+            loop {
+                let next = stream.message().await.unwrap().expect("stream stays open");
+                if next.devices[0].health == wanted {
+                    break;
+                }
             }
-        }
+        };
+        within_a_minute(&format!("pf0 reported health {wanted}"), reported).await;
         let want_taint = wanted == UNHEALTHY;
         eventually_tainted(&world, "pf-0000-04-00-0", want_taint).await;
     }

@@ -200,9 +200,14 @@ async fn calls_in_flight_are_bounded_and_the_rest_wait_their_turn() {
         })
         .collect();
     // Wait until the server holds all it will take.
-    while gate.running.load(SeqCst) < MAX_CALLS_IN_FLIGHT {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let held = async {
+        while gate.running.load(SeqCst) < MAX_CALLS_IN_FLIGHT {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), held)
+        .await
+        .expect("the server took its calls in flight within a minute");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         gate.running.load(SeqCst),
