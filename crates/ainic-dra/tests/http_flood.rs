@@ -24,7 +24,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use node_support::{DRIVER, NODE, World, http_get};
+use node_support::{DRIVER, NODE, World, http_get, within};
 
 const PF0: &str = "pf-0000-04-00-0";
 const PF1: &str = "pf-0000-24-00-0";
@@ -106,15 +106,6 @@ async fn probe(addr: SocketAddr) -> Vec<String> {
         }
     }
     seen
-}
-
-/// `call`, or a panic saying the agent did not answer `what`: a starved
-/// agent never answers, and the test must fail rather than hang.
-async fn within<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(60), call).await {
-        Ok(done) => done,
-        Err(_) => panic!("{what}: no answer from the agent in a minute"),
-    }
 }
 
 async fn connect(addr: SocketAddr) -> Option<TcpStream> {

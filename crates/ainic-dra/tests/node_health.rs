@@ -5,7 +5,7 @@ mod node_support;
 
 use serde_json::json;
 
-use node_support::{DRIVER, NODE, World, http_get};
+use node_support::{DRIVER, NODE, World, http_get, within};
 
 const HEALTHY: i32 = 1;
 const UNHEALTHY: i32 = 2;
@@ -41,14 +41,7 @@ async fn health_stream_reports_every_device_and_follows_a_link_going_down() {
             }
         }
     };
-    within_a_minute("pf0 reported unhealthy", unhealthy).await;
-}
-
-/// `work`, or a panic naming `what` after a minute (a hang guard).
-async fn within_a_minute<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
-    let limit = std::time::Duration::from_secs(60);
-    let done = tokio::time::timeout(limit, work).await;
-    done.unwrap_or_else(|_| panic!("{what}: not within a minute"))
+    within("pf0 reported unhealthy", unhealthy).await;
 }
 
 /// An RDMA port going down comes with no kernel event: the cheap rescan
@@ -130,21 +123,15 @@ async fn the_agent_publishes_its_pool() {
     use k8s_openapi::api::resource::v1::ResourceSlice;
     let world = World::new("mi300x-8gpu-8nic").await;
     let _agent = world.start_agent(None);
-    let mut devices = 0;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
+    let devices = || {
         let slices: Vec<ResourceSlice> = world.api.list();
-        devices = slices
-            .iter()
+        (slices.iter())
             .filter(|s| s.spec.driver == DRIVER && s.spec.pool.name == NODE)
             .map(|s| s.spec.devices.as_ref().map_or(0, Vec::len))
-            .sum();
-        if devices > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(devices, 8);
+            .sum::<usize>()
+    };
+    eventually("first publish", || devices() > 0).await;
+    assert_eq!(devices(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -315,7 +302,7 @@ async fn health_v1_reports_a_link_down_then_up_and_the_taint_follows() {
                 }
             }
         };
-        within_a_minute(&format!("pf0 reported health {wanted}"), reported).await;
+        within(&format!("pf0 reported health {wanted}"), reported).await;
         let want_taint = wanted == UNHEALTHY;
         eventually_tainted(&world, "pf-0000-04-00-0", want_taint).await;
     }

@@ -300,6 +300,15 @@ pub async fn wait_exit(agent: &mut Agent) -> ExitStatus {
     );
 }
 
+/// `work`, or a panic naming `what` after a minute: an agent that never
+/// answers (starved, stuck) fails the test rather than hangs it.
+pub async fn within<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(60), work).await {
+        Ok(done) => done,
+        Err(_) => panic!("{what}: no answer from the agent in a minute"),
+    }
+}
+
 /// A plain HTTP GET against the agent; returns (status, body).
 pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -18,7 +18,7 @@ use ainic_dra_node::plugin::ClaimRef;
 use ainic_dra_node::plugin::claims::{ClaimSource, KubeClaims};
 use ainic_dra_node::plugin::status::{NetworkData, entries};
 use dra_model::claim::status_apply_body as apply_body;
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{AllocatedDeviceStatus, ResourceClaim};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -68,7 +68,7 @@ async fn allocated_claim(admin: &kube::Client, name: &str, a: &str, b: &str) -> 
 }
 
 /// The agent's own status entry for `device` of `pool`.
-fn entry(pool: &str, device: &str) -> Value {
+fn entry(pool: &str, device: &str) -> AllocatedDeviceStatus {
     let prepared = PreparedDevice {
         requests: vec!["nic".into()],
         pool: pool.into(),
@@ -80,8 +80,7 @@ fn entry(pool: &str, device: &str) -> Value {
         netdev: None,
     };
     let now = NOW.parse().expect("a timestamp");
-    let entry = entries(DRIVER, pool, &[(prepared, NetworkData::default())], now).remove(0);
-    serde_json::to_value(entry).expect("serialises")
+    entries(DRIVER, pool, &[(prepared, NetworkData::default())], now).remove(0)
 }
 
 /// Applies `entries` as the agent does; the refusal's message, if any.
@@ -89,7 +88,7 @@ async fn apply(
     agent: &KubeClaims,
     claim: &ResourceClaim,
     node: &str,
-    entries: Vec<Value>,
+    entries: Vec<AllocatedDeviceStatus>,
 ) -> Option<String> {
     let claim_ref = ClaimRef {
         namespace: NAMESPACE.into(),

@@ -9,7 +9,7 @@ use kubelet_api::deviceplugin::v1beta1 as dp;
 use testkit::fake_kubelet_dp::DevicePluginClient;
 use topology::{Inventory, PciAddress};
 
-use super::{NIC, VNIC, first_list, fixture, node};
+use super::{NIC, VNIC, first_list, fixture, node, plain_node};
 
 fn preference(
     available: &[dp::Device],
@@ -132,13 +132,7 @@ async fn allocate(
 
 #[tokio::test]
 async fn allocate_gives_rdma_char_devices_and_env() {
-    let node = node(
-        fixture("mi300x-8gpu-8nic", 0),
-        ClassicConfig::default(),
-        false,
-    )
-    .await
-    .unwrap();
+    let node = plain_node().await;
     let mut nic = node.client(NIC, 1).await;
     let got = allocate(&mut nic, &["0000:24:00.0", "0000:04:00.0"])
         .await

@@ -4,7 +4,7 @@
 use dra_model::classic::ClassicConfig;
 use kubelet_api::deviceplugin::v1beta1 as dp;
 
-use super::{NIC, VNIC, WAIT, first_list, fixture, node, numa};
+use super::{NIC, VNIC, WAIT, first_list, fixture, node, numa, plain_node};
 
 #[tokio::test]
 async fn registers_each_resource_and_lists_devices_with_numa_and_health() {
@@ -61,13 +61,7 @@ async fn registers_each_resource_and_lists_devices_with_numa_and_health() {
 
 #[tokio::test]
 async fn registers_again_after_the_kubelet_restarts() {
-    let mut node = node(
-        fixture("mi300x-8gpu-8nic", 0),
-        ClassicConfig::default(),
-        false,
-    )
-    .await
-    .unwrap();
+    let mut node = plain_node().await;
     let before = node
         .kubelet
         .wait_for_registration(NIC, 1, WAIT)
@@ -124,13 +118,7 @@ async fn list_and_watch_reports_a_link_going_down_and_up() {
 async fn a_plugin_dropped_without_its_stop_removes_its_socket() {
     // As when the agent fails to start after the classic path served: its
     // tasks are aborted, or dropped with the runtime.
-    let node = node(
-        fixture("mi300x-8gpu-8nic", 0),
-        ClassicConfig::default(),
-        false,
-    )
-    .await
-    .unwrap();
+    let node = plain_node().await;
     let r = node
         .kubelet
         .wait_for_registration(NIC, 1, WAIT)

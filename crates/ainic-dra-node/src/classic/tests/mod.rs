@@ -109,6 +109,14 @@ fn settings(root: &Path, config: ClassicConfig, cdi: bool) -> ClassicSettings {
     }
 }
 
+/// The bundled 8-NIC node without VFs, default config, no CDI.
+pub(super) async fn plain_node() -> Node {
+    let topology = fixture("mi300x-8gpu-8nic", 0);
+    node(topology, ClassicConfig::default(), false)
+        .await
+        .unwrap()
+}
+
 pub(super) async fn node(
     topology: Topology,
     config: ClassicConfig,
